@@ -1,0 +1,41 @@
+# The two commands a newcomer needs: `make serve` and `make test`.
+VENV ?= .venv
+BIN := $(VENV)/bin
+export PYTHONUNBUFFERED := 1
+
+.PHONY: setup setup-browser serve test test-fast lint bench-api bench-trainer bench-strategies bench-overhead
+
+setup:
+	bash scripts/bootstrap.sh
+
+setup-browser:
+	bash scripts/bootstrap.sh --browser
+
+serve: setup
+	$(BIN)/shunter serve
+
+lint: setup
+	$(BIN)/ruff check service worker trainer_core tests bench migrations
+	$(BIN)/ruff format --check service worker trainer_core tests bench migrations
+	$(BIN)/mypy service worker trainer_core
+	$(BIN)/lint-imports
+
+test: setup-browser lint
+	$(BIN)/pytest -q --durations=20
+
+test-fast: setup lint
+	$(BIN)/pytest -q -m "not slow"
+
+bench-api: setup
+	@# wrk (Debian) is the load generator; without it the bench falls back to a Python client.
+	@command -v wrk >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && apt-get install -y -qq wrk >/dev/null; } || true
+	$(BIN)/python bench/api_load.py
+
+bench-trainer: setup
+	$(BIN)/python bench/trainer_vs_hf.py
+
+bench-strategies: setup
+	$(BIN)/python bench/strategies.py
+
+bench-overhead: setup
+	$(BIN)/python bench/overhead.py

@@ -1,0 +1,1 @@
+"""HTTP edge: thin routes over the domain modules, one exception handler, middlewares."""

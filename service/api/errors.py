@@ -1,0 +1,65 @@
+"""The one place errors become HTTP: ``{"detail": ..., "message": ...}`` for every 4xx/5xx."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.db.engine import is_retryable
+from service.errors import ServiceError, Unauthorized
+
+__all__ = ["install_error_handlers"]
+
+log = logging.getLogger(__name__)
+
+
+def _body(detail: Any, message: str) -> dict[str, Any]:
+    return {"detail": detail, "message": message}
+
+
+def _loc(loc: Any) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "request"
+
+
+async def _service_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return JSONResponse(_body(exc.detail, exc.message), exc.status_code, headers=headers)
+
+
+async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = [{"loc": _loc(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+    message = f"{detail[0]['loc']}: {detail[0]['msg']}" if detail else "invalid request"
+    return JSONResponse(_body(detail, message), 422)
+
+
+async def _http_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    return JSONResponse(
+        _body(exc.detail, str(exc.detail)), exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+async def _db_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OperationalError)
+    if is_retryable(exc):  # contention outlasted every retry: tell the client to come back
+        return JSONResponse(
+            _body("busy", "the database is busy; retry shortly"), 503, headers={"Retry-After": "1"}
+        )
+    log.exception("database error", exc_info=exc)
+    return JSONResponse(_body("database_error", "database error"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OperationalError, _db_error)

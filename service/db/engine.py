@@ -1,0 +1,142 @@
+"""Engine and transaction runner.
+
+``Database.write(fn)`` runs ``fn(session)`` in one write transaction and commits; on SQLite
+that transaction starts with ``BEGIN IMMEDIATE`` so concurrent writers queue on the busy
+timeout instead of failing mid-transaction, and a residual "database is locked" (or a
+PostgreSQL serialization failure / deadlock) re-runs ``fn`` from the start — ``fn`` must
+therefore be a pure function of the database. ``Database.read(fn)`` runs a read-only
+transaction (plain deferred ``BEGIN``: WAL readers never block writers).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+
+__all__ = ["Database", "is_retryable", "make_engine"]
+
+T = TypeVar("T")
+
+_WRITE_OPTION = "shunter_write"
+_SINGLE_OPTION = "shunter_single_statement"
+_SQLITE_BUSY_MS = 20_000
+_RETRIES = 8
+
+
+def make_engine(url: str, *, pool_size: int = 20) -> Engine:
+    """An engine for ``sqlite:///...`` (WAL, busy timeout, FKs) or ``postgresql+psycopg://``."""
+    if url.startswith("sqlite"):
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": _SQLITE_BUSY_MS / 1000},
+            pool_size=pool_size,
+            max_overflow=pool_size,
+        )
+        _configure_sqlite(engine)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Driver autocommit: we emit BEGIN ourselves (pysqlite's implicit BEGIN is deferred
+        # and would make a writer fail with SQLITE_BUSY instead of waiting).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={_SQLITE_BUSY_MS}")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")  # durable in WAL except on power loss
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        options = conn.get_execution_options()
+        if options.get(_SINGLE_OPTION, False):
+            return  # one statement: SQLite's own implicit read transaction is enough
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE_OPTION, False) else "BEGIN")
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """SQLite lock contention, or a PostgreSQL serialization failure / deadlock."""
+    if not isinstance(exc, OperationalError):
+        return False
+    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    if "database is locked" in text or "database is busy" in text:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in {"40001", "40P01"}
+
+
+class Database:
+    """Owns the engine and the two session factories (read, write)."""
+
+    def __init__(self, url: str, *, pool_size: int = 20) -> None:
+        self.url = url
+        self.engine = make_engine(url, pool_size=pool_size)
+        write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
+        self._single_engine = self.engine.execution_options(**{_SINGLE_OPTION: True})
+        self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
+        # Public for the scheduler: ``with db.write_sessions.begin() as s: ...``.
+        self.write_sessions = sessionmaker(write_engine, expire_on_commit=False)
+
+    def __call__(self) -> Session:
+        """A write session: ``Database`` doubles as a session factory for the scheduler."""
+        return self.write_sessions()
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.engine.dialect.name == "sqlite"
+
+    def write(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in a write transaction, commit, re-run on lock contention."""
+        return self._run(self.write_sessions, fn)
+
+    def read(self, fn: Callable[[Session], T]) -> T:
+        """Run ``fn`` in a read-only transaction (never committed)."""
+        return self._run(self.read_sessions, fn, commit=False)
+
+    def read_core(self, fn: Callable[[Connection], T]) -> T:
+        """Hot read path: ``fn(connection)`` with Core statements, no ORM session.
+
+        On SQLite no explicit BEGIN is sent, so each statement reads its own snapshot: use it
+        for reads where statements need not agree with each other (a job and its queue
+        position). Retries on lock contention like the others.
+        """
+        for attempt in range(_RETRIES):
+            try:
+                with self._single_engine.connect() as conn:
+                    return fn(conn)
+            except OperationalError as exc:
+                if not is_retryable(exc) or attempt == _RETRIES - 1:
+                    raise
+                time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    def _run(
+        self, factory: sessionmaker[Session], fn: Callable[[Session], T], *, commit: bool = True
+    ) -> T:
+        for attempt in range(_RETRIES):
+            try:
+                with factory() as session:
+                    result = fn(session)
+                    if commit:
+                        session.commit()
+                    # A read just closes: close() rolls the connection back without expiring
+                    # the loaded objects (rollback() would).
+                    return result
+            except OperationalError as exc:
+                if not is_retryable(exc) or attempt == _RETRIES - 1:
+                    raise
+                time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    def dispose(self) -> None:
+        self.engine.dispose()

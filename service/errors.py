@@ -1,0 +1,93 @@
+"""The service's exception tree. Domain code raises these; ``service.api.errors`` maps them to
+HTTP in one handler. Nothing here imports FastAPI.
+
+    ServiceError                 (500 if it ever escapes unmapped)
+     ├── BadRequest              400  malformed input (bad cursor, bad JSON body)
+     ├── Unauthorized            401  no/invalid token
+     ├── Forbidden               403  role may not do this
+     ├── NotFound                404  absent, or another team's
+     ├── Conflict                409
+     │    ├── IllegalTransition  a state move the table forbids, or a lost race
+     │    └── StaleAttempt       an internal write from an attempt that is not current
+     ├── PayloadTooLarge         413
+     ├── UnsupportedMediaType    415
+     └── Unprocessable           422  the body is well-formed but invalid (names the field)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "BadRequest",
+    "Conflict",
+    "Forbidden",
+    "IllegalTransition",
+    "NotFound",
+    "PayloadTooLarge",
+    "ServiceError",
+    "StaleAttempt",
+    "Unauthorized",
+    "Unprocessable",
+    "UnsupportedMediaType",
+]
+
+
+class ServiceError(Exception):
+    """Base: ``message`` is for humans; ``detail`` is machine-readable (a code or a list)."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str, *, detail: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail if detail is not None else self.code
+
+
+class BadRequest(ServiceError):
+    status_code = 400
+    code = "bad_request"
+
+
+class Unauthorized(ServiceError):
+    status_code = 401
+    code = "unauthorized"
+
+
+class Forbidden(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
+class NotFound(ServiceError):
+    status_code = 404
+    code = "not_found"
+
+
+class Conflict(ServiceError):
+    status_code = 409
+    code = "conflict"
+
+
+class IllegalTransition(Conflict):
+    code = "illegal_transition"
+
+
+class StaleAttempt(Conflict):
+    code = "stale_attempt"
+
+
+class PayloadTooLarge(ServiceError):
+    status_code = 413
+    code = "payload_too_large"
+
+
+class Unprocessable(ServiceError):
+    status_code = 422
+    code = "unprocessable"
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+    code = "unsupported_media_type"

@@ -1,0 +1,109 @@
+"""Admin operations on teams and tokens. A token's plaintext is returned once, at issue."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.auth import Principal, hash_token, new_token, new_token_id, require_admin
+from service.db.engine import Database
+from service.db.models import Team, Token, utcnow_py
+from service.errors import Conflict, NotFound, Unprocessable
+from service.schemas import (
+    Quota,
+    TeamCreate,
+    TeamRead,
+    TeamsPage,
+    TokenCreate,
+    TokenCreated,
+    TokenRead,
+    TokensPage,
+)
+
+__all__ = ["create_team", "issue_token", "list_teams", "list_tokens", "revoke_token"]
+
+
+def _team_read(t: Team) -> TeamRead:
+    quota = None
+    if t.max_gpus is not None or t.max_cpus is not None or t.max_running_jobs is not None:
+        quota = Quota(max_gpus=t.max_gpus, max_cpus=t.max_cpus, max_running_jobs=t.max_running_jobs)
+    return TeamRead(name=t.name, quota=quota, weight=t.weight, created_at=t.created_at)
+
+
+def create_team(db: Database, *, principal: Principal, body: TeamCreate) -> TeamRead:
+    require_admin(principal)
+    q = body.quota or Quota()
+
+    def _create(session: Session) -> TeamRead:
+        if session.get(Team, body.name) is not None:
+            raise Conflict(f"team {body.name!r} already exists")
+        team = Team(
+            name=body.name,
+            weight=body.weight,
+            max_gpus=q.max_gpus,
+            max_cpus=q.max_cpus,
+            max_running_jobs=q.max_running_jobs,
+            created_at=utcnow_py(),
+        )
+        session.add(team)
+        session.flush()
+        return _team_read(team)
+
+    try:
+        return db.write(_create)
+    except IntegrityError:
+        raise Conflict(f"team {body.name!r} already exists") from None
+
+
+def list_teams(session: Session, *, principal: Principal) -> TeamsPage:
+    q = select(Team).order_by(Team.name)
+    if not principal.is_admin:
+        q = q.where(Team.name == principal.team)
+    return TeamsPage(data=[_team_read(t) for t in session.execute(q).scalars()])
+
+
+def issue_token(db: Database, *, principal: Principal, body: TokenCreate) -> TokenCreated:
+    require_admin(principal)
+    plaintext = new_token()
+
+    def _issue(session: Session) -> TokenCreated:
+        if session.get(Team, body.team) is None:
+            raise Unprocessable(
+                f"team: no team named {body.team!r}; create it first",
+                detail=[{"loc": "team", "msg": "unknown team"}],
+            )
+        tok = Token(
+            id=new_token_id(),
+            token_hash=hash_token(plaintext),
+            team=body.team,
+            role=body.role,
+            name=body.name,
+            created_at=utcnow_py(),
+        )
+        session.add(tok)
+        session.flush()
+        return TokenCreated(id=tok.id, token=plaintext, team=tok.team, role=tok.role, name=tok.name)
+
+    return db.write(_issue)
+
+
+def list_tokens(session: Session, *, principal: Principal) -> TokensPage:
+    require_admin(principal)
+    rows = session.execute(select(Token).order_by(Token.created_at, Token.id)).scalars()
+    return TokensPage(data=[TokenRead.model_validate(t) for t in rows])
+
+
+def revoke_token(db: Database, *, principal: Principal, token_id: str) -> TokenRead:
+    require_admin(principal)
+
+    def _revoke(session: Session) -> TokenRead:
+        tok = session.get(Token, token_id)
+        if tok is None:
+            raise NotFound(f"token {token_id} not found")
+        if tok.revoked_at is None:
+            tok.revoked_at = utcnow_py()
+            session.flush()
+        return TokenRead.model_validate(tok)
+
+    return db.write(_revoke)

@@ -1,0 +1,90 @@
+"""Optimizers by HF name, weight-decay grouping, Lion's update rule, warmup ratio."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from trainer_core.config import TrainingConfig
+from trainer_core.optim import Lion, decay_groups, make_optimizer, make_scheduler
+
+
+def _tiny_llama() -> nn.Module:
+    cfg = LlamaConfig(
+        vocab_size=32,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        attention_bias=True,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def test_no_decay_for_biases_and_norms() -> None:
+    model = _tiny_llama()
+    decay, no_decay = decay_groups(model, 0.1)
+    names = {id(p): n for n, p in model.named_parameters()}
+    no_decay_names = {names[id(p)] for p in no_decay["params"]}
+    decay_names = {names[id(p)] for p in decay["params"]}
+    assert no_decay["weight_decay"] == 0.0 and decay["weight_decay"] == 0.1
+    assert no_decay_names == {n for n in names.values() if n.endswith("bias") or "norm" in n}
+    assert "model.layers.0.self_attn.q_proj.weight" in decay_names
+    assert "model.embed_tokens.weight" in decay_names  # HF decays embeddings too
+    # Frozen parameters are not handed to the optimizer at all.
+    model.lm_head.weight.requires_grad_(False)
+    total = sum(len(g["params"]) for g in decay_groups(model, 0.1))
+    assert total == sum(1 for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", ["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "lion"])
+def test_each_optimizer_reduces_a_quadratic(name: str) -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x, y = torch.randn(64, 4), torch.randn(64, 1)
+    opt = make_optimizer(model, TrainingConfig(optim=name, learning_rate=1e-2))
+    first = None
+    for _ in range(30):
+        loss = nn.functional.mse_loss(model(x), y)
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < first
+
+
+def test_lion_matches_its_update_rule() -> None:
+    p = nn.Parameter(torch.tensor([1.0, -2.0, 0.5]))
+    opt = Lion([p], lr=0.1, betas=(0.9, 0.99), weight_decay=0.5)
+    g1, g2 = torch.tensor([0.3, -0.1, 0.0]), torch.tensor([-0.2, -0.4, 0.1])
+    m = torch.zeros(3)
+    expected = p.detach().clone()
+    for g in (g1, g2):
+        p.grad = g.clone()
+        opt.step()
+        expected = expected * (1 - 0.1 * 0.5) - 0.1 * torch.sign(0.9 * m + 0.1 * g)
+        m = 0.99 * m + 0.01 * g
+    torch.testing.assert_close(p.detach(), expected)
+
+
+def test_warmup_ratio_becomes_steps_and_linear_decays() -> None:
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = make_scheduler(opt, TrainingConfig(warmup_ratio=0.25), total_steps=8)
+    lrs = []
+    for _ in range(8):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert lrs == pytest.approx([0.0, 0.5, 1.0, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6])
+
+
+def test_reduce_lr_on_plateau_is_a_plateau_scheduler() -> None:
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = make_scheduler(opt, TrainingConfig(lr_scheduler_type="reduce_lr_on_plateau"), 10)
+    assert isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau)
+    for _ in range(12):
+        sched.step(1.0)  # no improvement
+    assert opt.param_groups[0]["lr"] < 1.0

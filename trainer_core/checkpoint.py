@@ -1,0 +1,173 @@
+"""Checkpoints: write, publish atomically, verify, pick for resume, prune; the final model.
+
+Layout of ``<output_dir>/checkpoint-<step>/``::
+
+    <engine.save() output>      model + optimizer (+ grad scaler); sharded backends use DCP
+    scheduler.pt                LR scheduler state (rank 0)
+    trainer_state.json          step, data position (epoch, batch), best metric, early-stop
+                                counter, world size (rank 0)
+    rng-rank<r>.pt              python / numpy / torch / cuda RNG + collator generator, per rank
+    manifest.json               {relative path: {size, sha256}} of every other file; LAST
+
+Publication: everything is written under ``.tmp-checkpoint-<step>``, rank 0 writes the
+manifest last and renames the directory to ``checkpoint-<step>`` (one atomic rename on a
+POSIX filesystem). A directory without a manifest, or whose files do not match it, is not a
+checkpoint: ``latest_verified`` skips it with a warning and takes the next newest.
+A shared filesystem (all ranks see ``output_dir``) is assumed, as for Ray Train storage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainer_core.engine import Engine
+from trainer_core.manifest import MANIFEST, verify_checkpoint, write_manifest
+
+__all__ = [
+    "MANIFEST",
+    "latest_verified",
+    "load_checkpoint",
+    "prune_checkpoints",
+    "save_checkpoint",
+    "verify_checkpoint",
+]
+
+log = logging.getLogger(__name__)
+_STEP_DIR = re.compile(r"^checkpoint-(\d+)$")
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+# ---------------------------------------------------------------- save
+
+
+def save_checkpoint(
+    output_dir: Path,
+    step: int,
+    engine: Engine,
+    *,
+    scheduler: Any,
+    trainer_state: dict[str, Any],
+    generator: torch.Generator | None = None,
+) -> Path:
+    """Write and publish ``checkpoint-<step>``; every rank calls it; returns the final path."""
+    rank = _rank()
+    tmp = output_dir / f".tmp-checkpoint-{step}"
+    final = output_dir / f"checkpoint-{step}"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)  # leftovers of a crash mid-save
+        tmp.mkdir(parents=True)
+    _barrier()
+    engine.save(tmp)
+    torch.save(_rng_state(generator), tmp / f"rng-rank{rank}.pt")
+    if rank == 0:
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
+    _barrier()  # every rank's files are on disk before the manifest describes them
+    if rank == 0:
+        write_manifest(tmp)
+        if final.exists():  # a resumed run re-saving a step it already published
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(output_dir)
+    _barrier()
+    return final
+
+
+def _rng_state(generator: torch.Generator | None) -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+        "collator": generator.get_state() if generator is not None else None,
+    }
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- verify + pick
+
+
+def _step_dirs(output_dir: Path) -> list[tuple[int, Path]]:
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := _STEP_DIR.match(p.name))]
+    return sorted(found)
+
+
+def latest_verified(output_dir: Path) -> Path | None:
+    """The newest ``checkpoint-<step>`` whose manifest verifies; corrupt ones are skipped."""
+    for _, path in reversed(_step_dirs(output_dir)):
+        problem = verify_checkpoint(path)
+        if problem is None:
+            return path
+        log.warning("skipping checkpoint %s: %s", path, problem)
+    return None
+
+
+def prune_checkpoints(output_dir: Path, limit: int | None, keep: Path | None = None) -> None:
+    """Delete all but the newest ``limit`` checkpoints, always keeping ``keep`` (the best)."""
+    if limit is None or _rank() != 0:
+        return
+    dirs = [p for _, p in _step_dirs(output_dir)]
+    keep_set = set(dirs[-limit:]) if limit > 0 else set()
+    if keep is not None:
+        keep_set.add(keep)
+    for path in dirs:
+        if path not in keep_set:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- load
+
+
+def load_checkpoint(
+    directory: Path,
+    engine: Engine,
+    *,
+    scheduler: Any,
+    generator: torch.Generator | None = None,
+) -> dict[str, Any]:
+    """Restore engine, scheduler and this rank's RNG; return the saved trainer state."""
+    engine.load(directory)
+    scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=False))
+    rank_file = directory / f"rng-rank{_rank()}.pt"
+    if not rank_file.exists():
+        # World size grew since the save: a new rank starts from rank 0's streams.
+        log.warning("%s missing; using rank 0's RNG state", rank_file.name)
+        rank_file = directory / "rng-rank0.pt"
+    rng = torch.load(rank_file, weights_only=False)
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    if generator is not None and rng["collator"] is not None:
+        generator.set_state(rng["collator"])
+    state: dict[str, Any] = json.loads((directory / "trainer_state.json").read_text())
+    return state

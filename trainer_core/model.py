@@ -1,0 +1,117 @@
+"""Build the tokenizer and the task's model (pretrained or from a config), optionally LoRA.
+
+Contract: ``build_tokenizer(cfg)`` loads ``cfg.tokenizer or cfg.name_or_path`` and gives it
+a pad token when it has none (EOS, else UNK: causal LMs usually ship without one).
+``build_model(cfg, tokenizer, seed=...)`` returns the ``AutoModelFor<task>`` on CPU in
+``cfg.dtype``: from ``name_or_path`` weights, or (``from_scratch``) freshly initialised from
+``name_or_path``'s config or ``AutoConfig.for_model(model_type)``, both with
+``config_overrides`` applied, initialised under ``torch.manual_seed(seed)`` so every rank
+builds identical weights. LoRA (peft) wraps it last; only adapter weights (and the
+classification head, which a new task needs) are trainable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from trainer_core.config import ModelConfig
+
+__all__ = ["build_model", "build_tokenizer", "model_class"]
+
+_AUTO = {
+    "causal-lm": AutoModelForCausalLM,
+    "sequence-classification": AutoModelForSequenceClassification,
+    "token-classification": AutoModelForTokenClassification,
+    "masked-lm": AutoModelForMaskedLM,
+}
+_PEFT_TASK = {
+    "causal-lm": "CAUSAL_LM",
+    "sequence-classification": "SEQ_CLS",
+    "token-classification": "TOKEN_CLS",
+    "masked-lm": "FEATURE_EXTRACTION",
+}
+
+
+def model_class(task: str) -> Any:
+    """The ``AutoModelFor*`` class that loads a final model of ``task``."""
+    return _AUTO[task]
+
+
+def build_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
+    source = cfg.tokenizer or cfg.name_or_path
+    assert source is not None  # ModelConfig.__post_init__ guarantees one
+    tok = AutoTokenizer.from_pretrained(source)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
+    return tok
+
+
+def build_model(
+    cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, *, seed: int
+) -> torch.nn.Module:
+    auto = _AUTO[cfg.task]
+    extra: dict[str, Any] = {}
+    if cfg.num_labels is not None and cfg.is_classification:
+        extra["num_labels"] = cfg.num_labels
+    if cfg.from_scratch:
+        model_config = _scratch_config(cfg, tokenizer, extra)
+        torch.manual_seed(seed)  # identical init on every rank; restored RNG takes over later
+        model = auto.from_config(model_config, dtype=cfg.torch_dtype)  # type: ignore[no-untyped-call]
+    else:
+        assert cfg.name_or_path is not None  # ModelConfig: weights need a source
+        model = auto.from_pretrained(
+            cfg.name_or_path, dtype=cfg.torch_dtype, **extra, **cfg.config_overrides
+        )
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id  # sequence-cls finds the last token
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False  # the KV cache is useless in training and conflicts
+    if cfg.lora is not None:
+        model = _apply_lora(model, cfg)
+    module: torch.nn.Module = model
+    return module
+
+
+def _scratch_config(
+    cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, extra: dict[str, Any]
+) -> PretrainedConfig:
+    overrides = dict(cfg.config_overrides)
+    # The vocabulary must cover the tokenizer's ids unless the user pinned it.
+    overrides.setdefault("vocab_size", len(tokenizer))
+    overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
+    overrides.update(extra)
+    if cfg.name_or_path is not None:
+        overrides.pop("model_type", None)
+        config: PretrainedConfig = AutoConfig.from_pretrained(cfg.name_or_path, **overrides)
+        return config
+    model_type = overrides.pop("model_type")
+    config = AutoConfig.for_model(model_type, **overrides)
+    return config
+
+
+def _apply_lora(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model  # peft imports are slow; only when used
+
+    assert cfg.lora is not None
+    lora = LoraConfig(
+        r=cfg.lora.r,
+        lora_alpha=cfg.lora.alpha,
+        lora_dropout=cfg.lora.dropout,
+        target_modules=cfg.lora.target_modules,
+        task_type=_PEFT_TASK[cfg.task],
+    )
+    return get_peft_model(model, lora)

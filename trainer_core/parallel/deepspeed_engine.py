@@ -1,0 +1,228 @@
+"""DeepSpeed ZeRO 0-3 behind the Engine verbs.
+
+DeepSpeed owns backward, gradient reduction, clipping and the optimizer step, so this engine
+hands those verbs over to ``deepspeed.DeepSpeedEngine``. The config is built from
+``ParallelConfig`` (no JSON by hand); ``cfg.deepspeed_config`` is merged over it.
+
+Accumulation is driven by the loop, not by DeepSpeed: the config says
+``gradient_accumulation_steps: 1`` (so DeepSpeed never rescales the loss; the loop already
+normalises by target tokens) and ``no_sync()`` marks non-final micro-steps with
+``set_gradient_accumulation_boundary(False)``, which in 0.19.8 defers the all-reduce
+(stage 0/1) or the optimizer-step bookkeeping (stage 2/3, whose gradients are
+reduce-scattered every backward into partitioned buffers). ``DeepSpeedEngine.no_sync`` itself
+refuses ZeRO 2/3, hence the boundary flag.
+
+The optimizer is the caller's torch optimizer (``make_optimizer``), never a DeepSpeed fused
+op: those JIT-compile C++/CUDA on first use. ``engine.optimizer`` is that torch optimizer, so
+an LR scheduler built on it drives DeepSpeed's step (ZeRO reads its ``param_groups``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from trainer_core.parallel.config import ParallelConfig
+from trainer_core.parallel.grad_norm import clip_grad_norm
+
+__all__ = ["DeepSpeedEngine", "build_deepspeed", "deepspeed_config"]
+
+_TAG = "deepspeed"
+
+
+def deepspeed_config(cfg: ParallelConfig, *, world_size: int, cuda: bool) -> dict[str, Any]:
+    """The DeepSpeed config dict for ``cfg`` (user pass-through merged last)."""
+    zero: dict[str, Any] = {"stage": cfg.deepspeed_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": cuda}
+    if cfg.offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
+    built: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": 1,
+        "train_batch_size": cfg.micro_batch_size * world_size,
+        "gradient_clipping": cfg.max_grad_norm or 0.0,
+        "zero_optimization": zero,
+        "bf16": {"enabled": cfg.bf16},
+        "fp16": {"enabled": cfg.fp16},
+        # We pass a plain torch optimizer on purpose (no JIT-compiled ops).
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    merged = _merge(built, cfg.deepspeed_config or {})
+    if merged.get("gradient_accumulation_steps", 1) != 1:
+        raise ValueError(
+            "distributed.deepspeed.config.gradient_accumulation_steps must be 1 (or absent): "
+            "use training.gradient_accumulation_steps, the loop drives accumulation"
+        )
+    return merged
+
+
+def build_deepspeed(
+    model: nn.Module,
+    cfg: ParallelConfig,
+    *,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    device: torch.device,
+) -> DeepSpeedEngine:
+    os.environ.setdefault("DS_BUILD_OPS", "0")
+    import deepspeed  # deferred: importing it probes the accelerator and is slow
+
+    if device.type == "cpu":
+        _use_cpu_without_jit(deepspeed)
+    if cfg.fp16 and device.type != "cuda":
+        raise ValueError("training.fp16 needs a CUDA device; use bf16 on CPU")
+    if not dist.is_initialized():
+        _single_rank_group(device)
+    world_size = dist.get_world_size()
+    model.to(device)
+    optimizer = make_optimizer(model)
+    config = deepspeed_config(cfg, world_size=world_size, cuda=device.type == "cuda")
+    ds_engine, _, _, _ = deepspeed.initialize(
+        model=model, optimizer=optimizer, config=config, dist_init_required=False
+    )
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    return DeepSpeedEngine(
+        model=ds_engine,
+        unwrapped=model,
+        optimizer=optimizer,
+        device=device,
+        dp_rank=rank,
+        dp_size=world_size,
+        max_grad_norm=cfg.max_grad_norm,
+    )
+
+
+@dataclass(kw_only=True, eq=False)
+class DeepSpeedEngine:
+    """See ``trainer_core.engine.Engine``. ``model`` is the ``deepspeed.DeepSpeedEngine``."""
+
+    model: Any
+    unwrapped: nn.Module
+    optimizer: torch.optim.Optimizer
+    device: torch.device
+    dp_rank: int
+    dp_size: int
+    max_grad_norm: float | None
+
+    def forward(self, **batch: Any) -> Any:
+        # DeepSpeed casts the module for bf16/fp16 itself; no autocast around it.
+        return self.model(**batch)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        self.model.backward(loss)
+
+    def no_sync(self) -> AbstractContextManager[None]:
+        return self._deferred_boundary()
+
+    @contextlib.contextmanager
+    def _deferred_boundary(self) -> Iterator[None]:
+        self.model.set_gradient_accumulation_boundary(False)
+        try:
+            yield
+        finally:
+            self.model.set_gradient_accumulation_boundary(True)
+
+    def clip_and_step(self, max_grad_norm: float | None) -> torch.Tensor:
+        if max_grad_norm != self.max_grad_norm:
+            raise ValueError(
+                f"DeepSpeed fixes gradient_clipping={self.max_grad_norm} at construction; "
+                f"clip_and_step got {max_grad_norm}. Build the engine with the same max_grad_norm."
+            )
+        own_norm = None
+        if self.model.zero_optimization_stage() == 0 and not (
+            self.model.bfloat16_enabled() or self.model.fp16_enabled()
+        ):
+            # Plain data parallel: DeepSpeed clips but discards the norm; grads are full here.
+            own_norm = clip_grad_norm(self.unwrapped.parameters(), None)
+        self.model.step()  # clips, steps, zeroes grads
+        if own_norm is not None:
+            return own_norm
+        # DeepSpeed syncs to host internally to compute this; it hands back a float.
+        norm = self.model.get_global_grad_norm()
+        return torch.tensor(float("nan") if norm is None else float(norm))
+
+    def reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        if self.dp_size == 1:
+            return t
+        out = t.detach().clone()
+        dist.all_reduce(out, op=dist.ReduceOp.SUM)
+        return out
+
+    def save(self, directory: Path) -> None:
+        # Every rank writes its ZeRO partition; rank 0 also the module weights.
+        self.model.save_checkpoint(str(directory), tag=_TAG, save_latest=False)
+
+    def load(self, directory: Path) -> None:
+        path, _ = self.model.load_checkpoint(
+            str(directory), tag=_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+        )
+        if path is None:
+            raise FileNotFoundError(f"no DeepSpeed checkpoint under {directory}/{_TAG}")
+
+    def full_state_dict(self) -> dict[str, torch.Tensor]:
+        from deepspeed.utils import safe_get_full_fp32_param
+
+        # Collective under ZeRO: every rank walks the same keys in the same order.
+        full: dict[str, torch.Tensor] = {}
+        seen: dict[int, torch.Tensor] = {}
+        for name, t in self.unwrapped.state_dict(keep_vars=True).items():
+            if isinstance(t, nn.Parameter):
+                if id(t) not in seen:
+                    hp = safe_get_full_fp32_param(t)
+                    seen[id(t)] = (t if hp is None else hp).detach().cpu()
+                full[name] = seen[id(t)]
+            else:
+                full[name] = t.detach().cpu()
+        return full if dist.get_rank() == 0 else {}
+
+
+def _single_rank_group(device: torch.device) -> None:
+    """DeepSpeed always talks through torch.distributed; a lone process (``python -m
+    trainer_core`` without torchrun) gets a 1-rank group on a free loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+
+
+def _use_cpu_without_jit(deepspeed: Any) -> None:
+    """CPU accelerator, and no JIT-compiled shared-memory comm op.
+
+    On CPU, DeepSpeed's comm backend JIT-compiles ``deepspeed_shm_comm`` (about a minute of
+    C++ build on first use) when its op table says the op is compatible. Marking it
+    incompatible makes DeepSpeed fall back to plain ``torch.distributed`` (gloo), which is
+    what we run on anyway. The op table (``deepspeed.ops.__compatible_ops__``) is built on
+    first access by probing every op with a compiler (tens of seconds); it is only read for
+    this op (0.19.8: ``deepspeed/comm/torch.py``), so we seed it rather than probe.
+    """
+    if deepspeed.get_accelerator().device_name() != "cpu":
+        from deepspeed.accelerator import set_accelerator
+        from deepspeed.accelerator.cpu_accelerator import CPU_Accelerator
+
+        set_accelerator(CPU_Accelerator())
+    # Read lazily by DeepSpeed; probing it runs a compiler per op, so seed it instead.
+    vars(deepspeed.ops).setdefault("__compatible_ops__", {})["deepspeed_shm_comm"] = False
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,245 @@
+"""``python -m worker.driver``: one attempt of one job, as a Ray job's entrypoint.
+
+Reads its identity from the environment the launcher set (``SHUNTER_API_URL``,
+``SHUNTER_ATTEMPT_TOKEN``, ``SHUNTER_JOB_ID``, ``SHUNTER_ATTEMPT``), then:
+
+1. fetches the resolved spec (``GET .../spec``: spec, output_dir, resume_from);
+2. reports ``running`` and starts the heartbeat thread (lease renewal; a ``cancel_requested``
+   answer, a 409 fence or ``max_runtime_seconds`` ends this process, which ends its Ray job
+   and, through Ray's ownership, the Train controller and workers);
+3. checks what can be checked cheaply before any worker starts (local dataset paths exist),
+   so a bad path fails at once as ``user_error`` instead of after ``max_restarts`` retries;
+4. runs the Ray Train trainer's ``fit()`` (``TorchTrainer``'s data-parallel trainer with a
+   torch-free backend, ``worker.ray_trainer``): ``ScalingConfig`` from ``resources``,
+   ``RunConfig(name=<job id's output dir name>, storage_path=<its parent>)`` so the
+   checkpoints trainer_core writes in ``output_dir`` are inside Ray Train's run directory,
+   ``FailureConfig(max_restarts)``,
+   ``CheckpointConfig(num_to_keep=None)`` (trainer_core prunes to ``save_total_limit``, see
+   ``build_trainer``), the ``ApiCallback``;
+5. reports ``succeeded`` with ``final_model_uri``, or ``failed`` with ``error`` from
+   ``worker.errors.classify``. Exit status: 0 on success, 1 on failure, 3 when fenced/cancelled.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worker.api_client import ApiError, AttemptFenced, InternalApi, RetryPolicy
+from worker.errors import ErrorInfo, classify
+
+__all__ = ["Heartbeat", "build_trainer", "main", "preflight"]
+
+log = logging.getLogger("worker.driver")
+
+EXIT_FENCED = 3
+
+
+class Heartbeat:
+    """Renews the lease every ``interval_s``; calls ``on_stop(reason)`` once when the run must
+    end (cancel requested, fenced, runtime limit). Transient API errors are logged and retried
+    at the next beat (the lease outlives several beats)."""
+
+    def __init__(
+        self,
+        api: InternalApi,
+        *,
+        interval_s: float,
+        on_stop: Callable[[str], None],
+        max_runtime_s: float | None = None,
+    ) -> None:
+        self._api = api
+        self._interval_s = interval_s
+        self._on_stop = on_stop
+        self._deadline = time.monotonic() + max_runtime_s if max_runtime_s else None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shunter-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def beat(self) -> str | None:
+        """One heartbeat; the reason to stop, or None."""
+        if self._deadline is not None and time.monotonic() > self._deadline:
+            return "max_runtime_seconds exceeded"
+        try:
+            reply = self._api.heartbeat()
+        except AttemptFenced as e:
+            return f"fenced: {e}"
+        except ApiError as e:
+            log.warning("heartbeat failed (will retry): %s", e)
+            return None
+        return "cancel requested" if reply.get("cancel_requested") else None
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            reason = self.beat()
+            if reason is not None:
+                self._on_stop(reason)
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def preflight(spec: dict[str, Any]) -> ErrorInfo | None:
+    """Cheap checks before starting workers: local dataset files exist. Pure but for stat()."""
+    data = spec.get("data") or {}
+    for split in ("train", "eval"):
+        src = data.get(split) or {}
+        path = src.get("path")
+        if path and os.path.isabs(path) and not os.path.exists(path):
+            return ErrorInfo(type="user_error", message=f"data.{split}.path does not exist: {path}")
+    return None
+
+
+def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
+    """The Ray Train trainer for one attempt (``payload`` is the ``GET spec`` reply): a
+    data-parallel trainer with the torchrun environment as its backend, so this process and
+    the Train controller never import torch (``worker.ray_trainer``)."""
+    from ray.train import (
+        CheckpointConfig,
+        FailureConfig,
+        RunConfig,
+        ScalingConfig,
+    )
+
+    from worker.callback import ApiCallback
+    from worker.ray_trainer import ShunterTrainer, TorchEnvConfig
+    from worker.train_fn import train_loop_per_worker
+
+    spec = json.loads(json.dumps(payload["spec"]))  # a private deep copy
+    output_dir = Path(payload["output_dir"])
+    spec.setdefault("training", {})["output_dir"] = str(output_dir)
+    res = spec.get("resources") or {}
+    gpus = float(res.get("gpus_per_worker", 0) or 0)
+    per_worker: dict[str, float] = {"CPU": float(res.get("cpus_per_worker", 1))}
+    if gpus > 0:
+        per_worker["GPU"] = gpus
+    training = spec.get("training") or {}
+    max_steps = int(training.get("max_steps", -1) or -1)
+    resume_from = payload.get("resume_from")
+    callback = ApiCallback(
+        api_url=env["SHUNTER_API_URL"],
+        token=env["SHUNTER_ATTEMPT_TOKEN"],
+        job_id=env["SHUNTER_JOB_ID"],
+        attempt=int(env["SHUNTER_ATTEMPT"]),
+    )
+    return ShunterTrainer(
+        train_loop_per_worker,
+        backend_config=TorchEnvConfig(),
+        train_loop_config={
+            "spec": spec,
+            "output_dir": str(output_dir),
+            "resume_from": resume_from,
+            "total_steps": max_steps if max_steps > 0 else None,
+            # One tokenised-data cache for every job on this storage (keyed by data, tokenizer
+            # and settings): a second job on the same data skips tokenising.
+            "cache_dir": str(output_dir.parent / ".cache" / "tokenized"),
+        },
+        scaling_config=ScalingConfig(
+            num_workers=int(res.get("num_workers", 1)),
+            use_gpu=gpus > 0,
+            resources_per_worker=per_worker,
+        ),
+        run_config=RunConfig(
+            name=output_dir.name,
+            storage_path=str(output_dir.parent),
+            failure_config=FailureConfig(max_failures=int(spec.get("max_restarts", 0))),
+            # One owner prunes checkpoints: trainer_core, which keeps the newest
+            # ``save_total_limit`` and the best (HF semantics, needed by
+            # load_best_model_at_end). Ray pruning too deletes directories trainer_core already
+            # removed, and its delete raises FileNotFoundError, failing the run (seen with
+            # save_total_limit 3 and a restarted worker group).
+            checkpoint_config=CheckpointConfig(num_to_keep=None),
+            callbacks=[callback],  # type: ignore[list-item]
+        ),
+        # No resume_from_checkpoint (deprecated in Ray Train v2, it raises): the reporter hands
+        # trainer_core ``resume_from`` when Ray has no checkpoint of its own for this run.
+    )
+
+
+def _final_model_uri(output_dir: Path) -> str | None:
+    from worker.train_fn import RESULT_FILE
+
+    try:
+        result = json.loads((output_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    final = result.get("final_model_dir")
+    return str(final) if final else None
+
+
+def run(api: InternalApi, env: dict[str, str]) -> int:
+    log.info("driver pid %d for job %s attempt %d", os.getpid(), api.job_id, api.attempt)
+    payload = api.spec()
+    spec = payload["spec"]
+    api.status("running")
+
+    def _stop(reason: str) -> None:
+        log.warning("stopping this attempt: %s", reason)
+        if reason.startswith("max_runtime"):
+            err = {"type": "timeout", "message": reason}
+            try:
+                api.status("failed", error=err)
+            except ApiError as e:
+                log.warning("could not report the timeout: %s", e)
+        sys.stdout.flush()
+        os._exit(EXIT_FENCED)  # ends the Ray job; Ray tears down the controller and workers
+
+    max_runtime = spec.get("max_runtime_seconds")
+    beat = Heartbeat(
+        api,
+        interval_s=float(env.get("SHUNTER_HEARTBEAT_S", "5")),
+        on_stop=_stop,
+        max_runtime_s=float(max_runtime) if max_runtime else None,
+    )
+    beat.start()
+    problem = preflight(spec)
+    if problem is not None:
+        api.status("failed", error=problem.as_dict())
+        return 1
+    try:
+        build_trainer(payload, env).fit()
+    except Exception as e:  # every failure becomes a reported error with its real cause
+        info = classify(e)
+        log.error("training failed (%s): %s", info.type, info.message)
+        beat.stop()
+        api.status("failed", error=info.as_dict())
+        return 1
+    beat.stop()
+    final = _final_model_uri(Path(payload["output_dir"]))
+    api.status("succeeded", final_model_uri=final)
+    return 0
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    env = dict(os.environ)
+    api = InternalApi(
+        api_url=env["SHUNTER_API_URL"],
+        token=env["SHUNTER_ATTEMPT_TOKEN"],
+        job_id=env["SHUNTER_JOB_ID"],
+        attempt=int(env["SHUNTER_ATTEMPT"]),
+        # ~1 minute of retries: the final status must survive a service restart, or the
+        # finished attempt is lost and rerun from its last checkpoint.
+        retry=RetryPolicy(attempts=12, base_s=0.5, max_s=8.0),
+    )
+    try:
+        return run(api, env)
+    except AttemptFenced as e:
+        log.warning("attempt fenced: %s", e)
+        return EXIT_FENCED
+    finally:
+        api.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
