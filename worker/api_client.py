@@ -168,6 +168,11 @@ class MetricsSender:
     every ``interval_s`` (or when ``batch_size`` points wait), sends up to ``batch_size``
     points, and on a transient failure keeps them for the next round. On 409 it sets
     ``fenced`` and stops sending; the owner checks ``fenced`` and stops the run.
+    ``flush`` waits (bounded) until everything put so far has been delivered: the reporter
+    calls it before a checkpoint is reported, so a registered checkpoint at step N implies
+    the API holds the metrics of steps <= N. Without that, losing rank 0 right after the
+    checkpoint loses the last second of points for good, since a resume retrains only the
+    steps after N.
     """
 
     def __init__(
@@ -190,6 +195,7 @@ class MetricsSender:
         self._interval_s = interval_s
         self._cv = threading.Condition()
         self._closing = False
+        self._flushing = 0  # callers waiting in flush(): send now, not after interval_s
         self.dropped = 0
         self.sent = 0
         self.fenced = threading.Event()
@@ -241,12 +247,31 @@ class MetricsSender:
             if self._progress is progress:
                 self._progress = None
             self.sent += len(batch)
+            self._cv.notify_all()  # wakes flush() callers
         return True
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Block until every point put before this call is delivered; False on timeout or
+        when fenced (the API is down or refuses this attempt: training goes on regardless)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            target = self._seq
+            self._flushing += 1
+            self._cv.notify_all()
+            try:
+                while self._buf and self._buf[0][0] <= target and not self.fenced.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._thread.is_alive():
+                        return False
+                    self._cv.wait(min(left, 0.5))
+            finally:
+                self._flushing -= 1
+        return not self.fenced.is_set()
 
     def _run(self) -> None:
         while not self.fenced.is_set():
             with self._cv:
-                if not self._closing and len(self._buf) < self._batch_size:
+                if not (self._closing or self._flushing) and len(self._buf) < self._batch_size:
                     self._cv.wait(self._interval_s)
                 closing = self._closing
             ok = self._send_once()

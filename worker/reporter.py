@@ -4,6 +4,8 @@
   (background thread batching to ``POST metrics``). ``ray.train.report`` is NOT called for
   them: in Ray Train v2 it blocks until the controller's next poll (DESIGN.md, measured
   ~2 s per call at the default interval), which would cap training at one step per poll.
+  Before a checkpoint is reported, rank 0 flushes the sender (bounded wait), so a
+  registered checkpoint never runs ahead of the metrics it covers.
 - A published checkpoint goes through ``ray.train.report(metrics, checkpoint=...)`` on every
   rank (trainer_core calls ``report`` with the same ``checkpoint_dir`` on every rank, the same
   number of times). The checkpoint is already written inside the Ray Train run directory
@@ -16,12 +18,15 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 from worker.api_client import MetricsSender
 
 __all__ = ["RayReporter"]
+
+log = logging.getLogger(__name__)
 
 
 class RayReporter:
@@ -50,6 +55,8 @@ class RayReporter:
             if self._sender.fenced.is_set():
                 raise RuntimeError("attempt fenced by the API (409): stopping this run")
         if checkpoint_dir is not None:
+            if self._sender is not None and not self._sender.flush(timeout_s=10.0):
+                log.warning("metrics up to step %d not yet delivered; going on", step)
             import ray.train
             from ray.train import CheckpointUploadMode
 

@@ -76,15 +76,20 @@ def test_cancel_while_running_then_resume_from_the_checkpoint(api: ApiServer) ->
 def _assert_resumed_exactly(api: ApiServer, job_id: str, *, attempt: int, from_step: int,
                             last: int) -> None:  # fmt: skip
     """Attempt ``attempt`` resumed at a checkpoint >= ``from_step`` and then trained exactly the
-    steps after it: nothing before the resume point again, nothing skipped."""
+    steps after it: nothing before the resume point again, nothing skipped, nothing lost."""
     logs = _logs(api, f"{job_id}-{attempt}")
     resumed = re.findall(r"resumed from \S*checkpoint-(\d+) at step (\d+)", logs)
     # The newest registered checkpoint, or a newer one the attempt published just before it
     # was killed (trainer_core takes the newest that verifies).
     assert resumed and int(resumed[0][1]) >= from_step, (resumed, from_step)
     at = int(resumed[0][1])
-    steps = [p["step"] for p in api.metrics(job_id, "loss") if p["attempt"] == attempt]
+    points = api.metrics(job_id, "loss")
+    steps = [p["step"] for p in points if p["attempt"] == attempt]
     assert steps == list(range(at + 1, last + 1))
+    # The earlier attempt's metrics reached the API for every step up to the checkpoint it
+    # resumed from (the sender is flushed before a checkpoint is reported).
+    earlier = {p["step"] for p in points if p["attempt"] < attempt}
+    assert set(range(1, at + 1)) <= earlier, sorted(set(range(1, at + 1)) - earlier)
 
 
 def test_killed_worker_is_restarted_by_ray_train_and_resumes(api: ApiServer) -> None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness import ApiServer, tiny_llama_spec, wait_for
+from harness import ApiServer, slow_llama_spec, tiny_llama_spec, wait_for
 
 pytestmark = pytest.mark.slow
 
 
 def test_job_succeeds_with_metrics_checkpoints_and_a_loadable_model(api: ApiServer) -> None:
     """Also (c): the service is restarted mid-job; reconcile keeps the running attempt."""
-    job_id = api.submit(tiny_llama_spec("e2e-ok", steps=12))
+    # The slower model (~0.8 s a step) so that the restart lands mid-run, not after the end.
+    job_id = api.submit(slow_llama_spec("e2e-ok", steps=12))
     wait_for(lambda: api.metrics(job_id, "loss"), timeout=300, what="the first step")
+    before = api.job(job_id)
+    assert before["status"] == "running" and before["progress"]["step"] < 12, before
     api.restart()  # same database and port: the drivers keep talking to the new process
     job = api.wait_done(job_id)
     assert job["status"] == "succeeded", (job["error"], api.events(job_id))
@@ -31,7 +34,7 @@ def test_job_succeeds_with_metrics_checkpoints_and_a_loadable_model(api: ApiServ
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(final)
-    assert model.config.num_hidden_layers == 2
+    assert model.config.num_hidden_layers == 4
     statuses = [e["to_status"] for e in api.events(job_id) if e["to_status"]]
     assert statuses == ["queued", "starting", "running", "succeeded"], statuses
     logs = api.api().get(f"/v1/jobs/{job_id}/logs", params={"tail": 20})

@@ -165,6 +165,35 @@ def test_sender_buffer_is_bounded_and_drops_the_oldest() -> None:
     assert [p["step"] for p in fake.points] == [4, 5, 6, 7, 8]
 
 
+def test_flush_returns_once_everything_put_is_delivered() -> None:
+    fake = FakeApi()
+    api, _ = client(fake)
+    sender = MetricsSender(api, batch_size=1000, interval_s=60)  # would otherwise wait a minute
+    for step in range(1, 5):
+        sender.put(step, {"loss": float(step)})
+    t0 = time.monotonic()
+    assert sender.flush(timeout_s=10)
+    assert time.monotonic() - t0 < 5
+    assert [p["step"] for p in fake.points] == [1, 2, 3, 4] and sender.pending() == 0
+    assert sender.flush(timeout_s=1)  # nothing waiting: returns at once
+    sender.close()
+
+
+def test_flush_gives_up_after_its_timeout_while_the_api_is_down() -> None:
+    fake = FakeApi()
+    fake.down = True
+    api, _ = client(fake, attempts=1)
+    sender = MetricsSender(api, batch_size=1000, interval_s=60)
+    sender.put(1, {"loss": 1.0})
+    t0 = time.monotonic()
+    assert not sender.flush(timeout_s=0.5)
+    assert 0.4 < time.monotonic() - t0 < 5
+    assert sender.pending() == 1  # kept for later, not dropped
+    fake.down = False
+    sender.close()
+    assert [p["step"] for p in fake.points] == [1]
+
+
 def test_sender_stops_on_409() -> None:
     fake = FakeApi([409])
     api, _ = client(fake)
