@@ -3,14 +3,16 @@ and the loss of a node, through the real API.
 
 The head has 0 CPUs and two worker nodes 1 CPU each, so a 2-worker x 1-CPU job can only start
 as a gang spread over both nodes, and a 3-worker job can never fit (422 at submit). Killing
-one node mid-run breaks the gang; with one CPU left nothing can restart until a node joins
-again, and then the job finishes from its newest checkpoint (in the same attempt if its
-driver survived, as attempt 2 if the driver was on the lost node).
+rank 0's node mid-run breaks the gang; with one CPU left nothing can restart until a node
+joins again, and then the job finishes from its newest checkpoint (in the same attempt if its
+driver survived, as attempt 2 if the driver was on the lost node), with every step's loss in
+the API exactly once.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -109,7 +111,8 @@ def test_gang_across_nodes_survives_the_loss_of_a_node(api: ApiServer, cluster: 
         timeout=300,
         what="a checkpoint",
     )
-    victim = next(iter(cluster.worker_nodes))
+    # Rank 0's node: the harder loss (rank 0 ships the metrics; a lost driver would be too).
+    victim = _node_of_rank0(api, cluster, f"{job_id}-1")
     cluster.remove_node(victim, allow_graceful=False)
     wait_for(
         lambda: api.launcher.cluster().total_cpus == 1, timeout=120, what="the cluster to shrink"
@@ -130,3 +133,25 @@ def _train_worker_nodes(cluster: Any) -> set[str]:
         limit=1000,
     )
     return {a.node_id for a in actors if a.node_id}
+
+
+def _node_of_rank0(api: ApiServer, cluster: Any, submission_id: str) -> Any:
+    from ray.util.state import list_actors
+
+    found = wait_for(
+        lambda: re.search(
+            r"RayTrainWorker pid=(\d+)[^)]*\)\S* shunter: rank 0 entered",
+            api.launcher.logs(submission_id),
+        ),
+        timeout=60,
+        what="rank 0's start in the logs",
+    )
+    pid = int(found.group(1))
+    actors = list_actors(
+        address=f"http://{cluster.webui_url}",
+        filters=[("class_name", "=", "RayTrainWorker")],
+        limit=1000,
+        detail=True,
+    )
+    node_id = next(a.node_id for a in actors if a.pid == pid)
+    return next(n for n in cluster.worker_nodes if n.node_id == node_id)

@@ -1,5 +1,6 @@
 """The internal-API client: retry/backoff on transient errors, 409 fencing, the bounded
-non-blocking metrics sender (httpx.MockTransport: a real small API, no mocks of our code)."""
+non-blocking metrics sender and its flush before a checkpoint (httpx.MockTransport: a real
+small API, no mocks of our code)."""
 
 from __future__ import annotations
 
@@ -231,3 +232,27 @@ def test_heartbeat_stops_the_run_on_cancel_or_fence_and_survives_outages() -> No
     limited = Heartbeat(api2, interval_s=1, on_stop=stopped.append, max_runtime_s=0.001)
     time.sleep(0.01)
     assert limited.beat() == "max_runtime_seconds exceeded"
+
+
+def test_a_checkpoint_is_reported_to_ray_only_after_its_metrics_are_delivered(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 0 may be lost right after Ray commits a checkpoint; the resume then skips every
+    step up to it, so their metrics must already be in the API (seen lost in a CI run)."""
+    import ray.train
+
+    from worker.reporter import RayReporter
+
+    fake = FakeApi()
+    api, _ = client(fake)
+    sender = MetricsSender(api, batch_size=1000, interval_s=60)
+    seen_at_report: list[list[int]] = []
+    monkeypatch.setattr(
+        ray.train, "report", lambda *a, **k: seen_at_report.append([p["step"] for p in fake.points])
+    )
+    reporter = RayReporter(rank=0, sender=sender, resume_from=None, total_steps=4)
+    for step in range(1, 4):
+        reporter.report(step, {"loss": 1.0})
+    reporter.report(4, {"loss": 1.0}, checkpoint_dir=tmp_path)
+    assert seen_at_report == [[1, 2, 3, 4]]
+    reporter.close()
