@@ -178,7 +178,13 @@ def _final_model_uri(output_dir: Path) -> str | None:
 
 
 def run(api: InternalApi, env: dict[str, str]) -> int:
-    log.info("driver pid %d for job %s attempt %d", os.getpid(), api.job_id, api.attempt)
+    log.info(
+        "driver pid %d for job %s attempt %d on ray %s",
+        os.getpid(),
+        api.job_id,
+        api.attempt,
+        os.environ.get("RAY_ADDRESS"),
+    )
     payload = api.spec()
     spec = payload["spec"]
     api.status("running")
@@ -222,6 +228,12 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    gcs = os.environ.get("SHUNTER_RAY_GCS_ADDRESS")
+    if gcs:
+        # The job supervisor set RAY_ADDRESS by auto-detection (the newest Ray instance on
+        # its machine); the launcher knows the cluster this job was submitted to. The Train
+        # controller and workers are then placed on this cluster, whichever else runs here.
+        os.environ["RAY_ADDRESS"] = gcs
     env = dict(os.environ)
     api = InternalApi(
         api_url=env["SHUNTER_API_URL"],

@@ -80,6 +80,11 @@ class RayLauncherConfig:
     driver_python: str = "python"
     extra_env: dict[str, str] = field(default_factory=dict)
     http_timeout_s: float = 10.0
+    # The cluster's GCS address (host:port) when known (the embedded head): the driver
+    # connects there explicitly. Ray's job supervisor sets the driver's RAY_ADDRESS by
+    # auto-detection, which picks the wrong instance when several Ray clusters run on one
+    # machine (seen in CI: a job submitted to one cluster trained on another).
+    gcs_address: str | None = None
 
 
 class RayLauncher:
@@ -107,6 +112,10 @@ class RayLauncher:
             "SHUNTER_JOB_ID": req.job_id,
             "SHUNTER_ATTEMPT": str(req.attempt),
         }
+        if self.config.gcs_address:
+            # RAY_ADDRESS for the processes that read it before the driver runs;
+            # SHUNTER_RAY_GCS_ADDRESS because the supervisor overwrites RAY_ADDRESS.
+            env["RAY_ADDRESS"] = env["SHUNTER_RAY_GCS_ADDRESS"] = self.config.gcs_address
         pythonpath = os.pathsep.join(p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p)
         env["PYTHONPATH"] = pythonpath
         return {"env_vars": env}
@@ -207,9 +216,8 @@ def start_embedded(
             RayLauncherConfig(
                 dashboard_url=head.dashboard_url,
                 driver_python=sys.executable,
-                # Ray Train's helper actors find their cluster by RAY_ADDRESS; without it they
-                # fail when several Ray instances run on this machine.
-                extra_env={"RAY_ADDRESS": head.gcs_address, **(extra_env or {})},
+                extra_env=dict(extra_env or {}),
+                gcs_address=head.gcs_address,
             ),
             head=head,
         )

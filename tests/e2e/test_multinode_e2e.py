@@ -71,7 +71,9 @@ def api(tmp_path: Path, data_root: Path, cluster: Any) -> Iterator[ApiServer]:
         RayLauncherConfig(
             dashboard_url=f"http://{cluster.webui_url}",
             driver_python=sys.executable,
-            extra_env={"RAY_ADDRESS": cluster.address, "SHUNTER_HEARTBEAT_S": "1"},
+            extra_env={"SHUNTER_HEARTBEAT_S": "1"},
+            # The session's embedded head runs beside this cluster: name the one to train on.
+            gcs_address=cluster.address,
         )
     )
     server = ApiServer(
