@@ -126,20 +126,23 @@ def test_gang_across_nodes_survives_the_loss_of_a_node(api: ApiServer, cluster: 
     assert [p["step"] for p in api.metrics(job_id, "loss")] == list(range(1, steps + 1))
 
 
-def _train_worker_nodes(cluster: Any) -> set[str]:
+def _train_workers(cluster: Any) -> list[Any]:
+    """Ray's actor table (this cluster's): the jobs' training workers, running or ended."""
     from ray.util.state import list_actors
 
-    actors = list_actors(
+    return list_actors(
         address=f"http://{cluster.webui_url}",
         filters=[("class_name", "=", "RayTrainWorker")],
         limit=1000,
+        detail=True,
     )
-    return {a.node_id for a in actors if a.node_id}
+
+
+def _train_worker_nodes(cluster: Any) -> set[str]:
+    return {a.node_id for a in _train_workers(cluster) if a.node_id}
 
 
 def _node_of_rank0(api: ApiServer, cluster: Any, submission_id: str) -> Any:
-    from ray.util.state import list_actors
-
     found = wait_for(
         lambda: re.search(
             r"RayTrainWorker pid=(\d+)[^)]*\)\S* shunter: rank 0 entered",
@@ -149,11 +152,5 @@ def _node_of_rank0(api: ApiServer, cluster: Any, submission_id: str) -> Any:
         what="rank 0's start in the logs",
     )
     pid = int(found.group(1))
-    actors = list_actors(
-        address=f"http://{cluster.webui_url}",
-        filters=[("class_name", "=", "RayTrainWorker")],
-        limit=1000,
-        detail=True,
-    )
-    node_id = next(a.node_id for a in actors if a.pid == pid)
+    node_id = next(a.node_id for a in _train_workers(cluster) if a.pid == pid)
     return next(n for n in cluster.worker_nodes if n.node_id == node_id)
