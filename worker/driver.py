@@ -183,7 +183,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         os.getpid(),
         api.job_id,
         api.attempt,
-        os.environ.get("RAY_ADDRESS"),
+        env.get("RAY_ADDRESS"),
     )
     payload = api.spec()
     spec = payload["spec"]
@@ -230,9 +230,9 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     gcs = os.environ.get("SHUNTER_RAY_GCS_ADDRESS")
     if gcs:
-        # The job supervisor set RAY_ADDRESS by auto-detection (the newest Ray instance on
-        # its machine); the launcher knows the cluster this job was submitted to. The Train
-        # controller and workers are then placed on this cluster, whichever else runs here.
+        # The job supervisor set RAY_ADDRESS by its own auto-detection, which can name another
+        # Ray instance on this machine; the launcher knows the cluster this job was submitted
+        # to. The Train controller and workers are then placed there, whatever else runs here.
         os.environ["RAY_ADDRESS"] = gcs
     env = dict(os.environ)
     api = InternalApi(
