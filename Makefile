@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup setup-browser serve test test-fast lint bench-api bench-trainer bench-strategies bench-overhead
+.PHONY: setup setup-browser serve test test-fast lint check-deploy bench-api bench-trainer bench-strategies bench-overhead
 
 setup:
 	bash scripts/bootstrap.sh
@@ -15,9 +15,9 @@ serve: setup
 	$(BIN)/shunter serve
 
 lint: setup
-	$(BIN)/ruff check service worker trainer_core tests bench migrations
-	$(BIN)/ruff format --check service worker trainer_core tests bench migrations
-	$(BIN)/mypy service worker trainer_core
+	$(BIN)/ruff check shunter service worker trainer_core tests bench migrations
+	$(BIN)/ruff format --check shunter service worker trainer_core tests bench migrations
+	$(BIN)/mypy shunter service worker trainer_core
 	$(BIN)/lint-imports
 
 test: setup-browser lint
@@ -39,3 +39,7 @@ bench-strategies: setup
 
 bench-overhead: setup
 	$(BIN)/python bench/overhead.py
+
+check-deploy:
+	@# hadolint, docker-compose config, helm lint/template, kubernetes-validate, checkov (own venv)
+	bash scripts/check_deploy.sh

@@ -115,7 +115,7 @@ class _Api:
 
         from service.app import create_app
         from service.settings import Settings
-        from worker.launcher import start_embedded
+        from worker.ray_launcher import start_embedded
 
         self.show_logs = show_logs
         self.ray_dir = Path(tempfile.mkdtemp(prefix="shray-b-", dir="/tmp"))

@@ -1,20 +1,33 @@
-# The Shunter API + scheduler. No torch/CUDA here: the service never imports them; it only
-# needs Ray's job-submission client to talk to the cluster (SHUNTER_RAY_ADDRESS).
-FROM python:3.11-slim
-ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 SHUNTER_HOME=/var/lib/shunter
+# syntax=docker/dockerfile:1
+# The Shunter API + scheduler: `shunter[server]`, no torch, no CUDA. It talks to the Ray
+# cluster over the Ray Jobs API (SHUNTER_RAY_ADDRESS). Ray's version comes from pyproject.toml
+# (the one place it is pinned), so the API and the worker images always match.
+
+FROM python:3.11.14-slim-bookworm AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+RUN python -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY pyproject.toml README.md ./
+COPY shunter ./shunter
 COPY service ./service
 COPY worker ./worker
 COPY trainer_core ./trainer_core
 COPY migrations ./migrations
-# Editable (the service finds migrations/ next to its source); --no-deps + an explicit list:
-# the API image skips torch/transformers/deepspeed.
-RUN pip install --no-deps -e . \
- && pip install "fastapi==0.163.2" "uvicorn[standard]==0.54.0" "sqlalchemy==2.1.9" \
-      "alembic==1.20.1" "psycopg[binary]==3.3.9" "pydantic==2.14.3" \
-      "pydantic-settings==2.16.3" "pyyaml>=6" "httpx==0.28.1" "httpx-sse>=0.4" \
-      "typer==0.29.1" "rich==15.0.0" "prometheus-client==0.26.0" "ray[default]==2.60.0"
+# Editable: the service finds migrations/ next to its source.
+RUN pip install -e ".[server]"
+
+FROM python:3.11.14-slim-bookworm
+ENV PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH SHUNTER_HOME=/var/lib/shunter \
+    SHUNTER_HOST=0.0.0.0 SHUNTER_PORT=8000
+RUN groupadd --system --gid 10001 shunter \
+ && useradd --system --uid 10001 --gid shunter --home-dir /var/lib/shunter --create-home shunter
+COPY --from=build /opt/venv /opt/venv
+COPY --from=build /app /app
+WORKDIR /app
+USER 10001
 EXPOSE 8000
-# The admin token is written to $SHUNTER_HOME/admin.token on first start.
-CMD ["shunter", "serve", "--host", "0.0.0.0", "--port", "8000"]
+HEALTHCHECK --interval=10s --timeout=3s --retries=12 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=2)"]
+# The admin token is written to $SHUNTER_HOME/admin.token (0600) on first start.
+CMD ["shunter", "serve"]

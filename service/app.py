@@ -3,7 +3,7 @@
 Built eagerly (so a plain ``TestClient(app)`` works): settings, database (migrated first when
 embedded SQLite, or ``SHUNTER_MIGRATE_ON_START``), ``$SHUNTER_HOME`` seeded, the first admin
 token. In the lifespan: the launcher is loaded (unless one was passed), the scheduler thread
-started (``service.scheduler.Scheduler(settings, db, launcher)`` when that module exists and
+started (``service.scheduler.loop.Scheduler(settings, db, launcher)`` when that module exists and
 ``run_scheduler`` is on; ``db`` is a ``Database``, also callable as a write-session factory),
 and on shutdown everything is stopped in reverse order.
 """
@@ -22,29 +22,48 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 from fastapi.staticfiles import StaticFiles
 
-from service.api import internal, jobs, ops, stream, teams
-from service.api.deps import AppState
-from service.api.errors import install_error_handlers
-from service.api.fastpath import JobGetFastPath
-from service.api.middleware import BodyLimitMiddleware, RequestMetricsMiddleware
-from service.auth import TokenCache, bootstrap_admin
+from service.accounts.auth import TokenCache, bootstrap_admin
 from service.db.engine import Database
 from service.db.migrate import upgrade
 from service.home import seed_home
-from service.launcher import Launcher, load_launcher
-from service.observability import build_metrics
+from service.http import docs
+from service.http import sse as stream
+from service.http.deps import AppState
+from service.http.error_mapping import install_error_handlers
+from service.http.middleware import (
+    BodyLimitMiddleware,
+    RateLimitMiddleware,
+    RequestMetricsMiddleware,
+    SecurityHeadersMiddleware,
+)
+from service.http.prometheus import build_metrics
+from service.http.routes import (
+    data_roots,
+    downloads,
+    housekeeping,
+    internal,
+    jobs,
+    openai,
+    ops,
+    teams,
+)
+from service.jobs.hub import resolve_hub_access
+from service.launch import Launcher, load_launcher
 from service.settings import Settings
 
 __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
-STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_DIR = Path(__file__).resolve().parent / "http" / "static"
 
 
 def _start_scheduler(state: AppState) -> Any:
-    if not state.settings.run_scheduler or importlib.util.find_spec("service.scheduler") is None:
+    if (
+        not state.settings.run_scheduler
+        or importlib.util.find_spec("service.scheduler.loop") is None
+    ):
         return None
-    module = importlib.import_module("service.scheduler")
+    module = importlib.import_module("service.scheduler.loop")
     scheduler = module.Scheduler(state.settings, state.db, state.need_launcher())
     scheduler.start()
     return scheduler
@@ -73,15 +92,18 @@ def _lifespan(state: AppState, owns_launcher: bool) -> Any:
 def create_app(settings: Settings | None = None, *, launcher: Launcher | None = None) -> FastAPI:
     settings = settings or Settings()
     seed_home(settings)
+    settings.hub_access = resolve_hub_access(settings.hub_access)  # "auto" -> probe once
     if settings.should_migrate_on_start:
         upgrade(settings.database_url)
     db = Database(settings.database_url)
-    if settings.create_admin_token and bootstrap_admin(db, token_path=settings.admin_token_path):
+    if settings.create_admin_token and bootstrap_admin(
+        db, token_path=settings.admin_token_path, given=settings.admin_token
+    ):
         log.warning("created the first admin token in %s", settings.admin_token_path)
     state = AppState(
         settings=settings, db=db, tokens=TokenCache(settings.auth_cache_seconds), launcher=launcher
     )
-    metrics = build_metrics(db)
+    metrics = build_metrics(db, scheduler=lambda: state.scheduler)
     state.extras["registry"] = metrics.registry
 
     app = FastAPI(
@@ -89,18 +111,38 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         version="1",
         lifespan=_lifespan(state, launcher is None),
         description="Training jobs on a shared cluster. API v1.",
+        docs_url=None,  # served from local assets by service.http.docs (no CDN)
+        redoc_url=None,
     )
     app.state.shunter = state
     install_error_handlers(app)
-    for router in (jobs.router, stream.router, teams.router, internal.router, ops.router):
+    routers = (
+        jobs.router,
+        stream.router,
+        teams.router,
+        internal.router,
+        ops.router,
+        openai.router,
+        downloads.router,
+    )
+    app.include_router(docs.router)
+    app.include_router(housekeeping.router)
+    app.include_router(data_roots.router)
+    for router in routers:
         app.include_router(router)
     # Outermost first to run: the body limit sees the request before anything parses it.
     app.add_middleware(RequestMetricsMiddleware, requests=metrics.requests, latency=metrics.latency)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    # Outermost: the polled GET /v1/jobs/{id} skips routing and dependencies (see fastpath).
     app.add_middleware(
-        JobGetFastPath, state=state, requests=metrics.requests, latency=metrics.latency
+        BodyLimitMiddleware,
+        max_bytes=settings.max_body_bytes,
+        per_path={"/v1/files": settings.max_upload_bytes},
     )
+    app.add_middleware(
+        RateLimitMiddleware,
+        per_minute=settings.rate_limit_per_minute,
+        burst=settings.rate_limit_burst,
+    )
+    app.add_middleware(SecurityHeadersMiddleware)  # outermost: every response has them
     if STATIC_DIR.is_dir():
         app.mount("/", StaticFiles(directory=STATIC_DIR, html=True), name="static")
     return app

@@ -1,5 +1,5 @@
-"""The service's exception tree. Domain code raises these; ``service.api.errors`` maps them to
-HTTP in one handler. Nothing here imports FastAPI.
+"""The service's exception tree. Domain code raises these;
+``service.http.error_mapping`` maps them to HTTP in one handler. Nothing here imports FastAPI.
 
     ServiceError                 (500 if it ever escapes unmapped)
      ├── BadRequest              400  malformed input (bad cursor, bad JSON body)

@@ -17,9 +17,13 @@ __all__ = [
     "CheckpointRead",
     "CheckpointsPage",
     "ClusterRead",
+    "DataRootIn",
+    "DataRootsRead",
     "ErrorBody",
     "EventRead",
     "EventsPage",
+    "GcIn",
+    "GcRead",
     "HeartbeatIn",
     "HeartbeatOut",
     "InternalSpec",
@@ -37,9 +41,12 @@ __all__ = [
     "QueueItem",
     "QueuePage",
     "Quota",
+    "RestartIn",
     "StatusIn",
     "TeamCreate",
+    "TeamPatch",
     "TeamRead",
+    "TeamUsageRead",
     "TeamsPage",
     "TokenCreate",
     "TokenCreated",
@@ -95,9 +102,14 @@ class JobRead(_Out):
     started_at: Utc | None
     finished_at: Utc | None
     attempt: int
-    spec: dict[str, Any]
+    # null in list pages unless ?include=spec (GET /v1/jobs/{id} always has it)
+    spec: dict[str, Any] | None = None
     queue_position: int | None = None
     pending_reason: str | None = None
+    # The scheduler's ETAs (each tick): a queued job's start, by running the same policy
+    # forward; a running job's end, from its step rate and max_runtime. None = unknown.
+    estimated_start_at: Utc | None = None
+    estimated_end_at: Utc | None = None
     progress: Progress | None = None
     latest_metrics: dict[str, Any] | None = None
     error: JobError | None = None
@@ -106,6 +118,8 @@ class JobRead(_Out):
     resume_from: str | None = None
     cancel_requested: bool = False
     created_by: str | None = None
+    # Ray Train worker-group restarts in the current attempt; spec.max_restarts bounds them.
+    restarts: int = 0
 
 
 class JobsPage(_Out):
@@ -159,18 +173,33 @@ class CheckpointsPage(_Out):
 
 
 class LogsRead(_Out):
+    """One page of an attempt's output (``GET /v1/jobs/{id}/logs``), by byte range."""
+
     text: str
     submission_id: str | None
+    attempt: int | None = None  # the attempt this page is from (None: no attempt yet)
+    attempts: list[int] = Field(default_factory=list)  # attempts with stored output
+    offset: int = 0  # byte offset of ``text`` in the attempt's output
+    next_offset: int = 0  # ask for this offset to read on
+    first_offset: int = 0  # oldest byte still stored (older were rotated out by the cap)
+    size: int = 0  # bytes of output stored so far for the attempt
+    truncated: bool = False  # the offset asked for was rotated out
+    source: Literal["store", "launcher", "none"] = "none"  # launcher: a live fallback
 
 
 class QueueItem(_Out):
+    """A queued job; another team's (for a member) is ``anonymous``: capacity only, with no
+    id, name, team, time or reason."""
+
     position: int
-    id: str
-    name: str
-    team: str
+    anonymous: bool = False
+    id: str | None = None
+    name: str | None = None
+    team: str | None = None
     priority: str
-    created_at: Utc
-    pending_reason: str | None
+    created_at: Utc | None = None
+    pending_reason: str | None = None
+    estimated_start_at: Utc | None = None
     num_workers: int
     cpus_per_worker: float
     gpus_per_worker: float
@@ -178,6 +207,7 @@ class QueueItem(_Out):
 
 class QueuePage(_Out):
     data: list[QueueItem]
+    next_cursor: str | None = None
 
 
 class NodeRead(_Out):
@@ -211,13 +241,35 @@ class TeamCreate(_In):
     name: Name
     quota: Quota | None = None
     weight: float = Field(default=1.0, gt=0, le=1000)
+    max_priority: Literal["low", "normal", "high"] = "normal"
+
+
+class TeamPatch(_In):
+    """Admin changes to a team; fields left out are unchanged. In ``quota``, a field given
+    as null means unlimited; fields left out keep their value. Applies on the next tick."""
+
+    weight: float | None = Field(default=None, gt=0, le=1000)
+    quota: Quota | None = None
+    max_priority: Literal["low", "normal", "high"] | None = None
 
 
 class TeamRead(_Out):
     name: str
     quota: Quota | None
     weight: float
+    max_priority: str = "normal"
     created_at: Utc
+
+
+class TeamUsageRead(_Out):
+    """Resource-seconds a team's attempts held between ``since`` and ``until``."""
+
+    team: str
+    since: Utc
+    until: Utc
+    gpu_seconds: float
+    cpu_seconds: float
+    attempts: int
 
 
 class TeamsPage(_Out):
@@ -267,6 +319,9 @@ class InternalSpec(_Out):
     spec: dict[str, Any]
     output_dir: str
     resume_from: str | None
+    # Run time of the job's earlier attempts (claim to end; queued time excluded): the driver
+    # enforces max_runtime_seconds over the whole job, not per attempt.
+    runtime_used_s: float = 0.0
 
 
 class HeartbeatIn(_In):
@@ -276,12 +331,27 @@ class HeartbeatIn(_In):
 class HeartbeatOut(_Out):
     lease_expires_at: Utc
     cancel_requested: bool
+    # Checkpoint at the next step boundary and stop (preemption or pause); why, in words.
+    checkpoint_now: bool = False
+    stop_cause: Literal["preempt", "pause"] | None = None
+    stop_detail: str | None = None
 
 
 class StatusIn(_In):
-    status: Literal["running", "succeeded", "failed"]
+    # preempted: the attempt checkpointed at ``step`` on a checkpoint-now request and stopped.
+    status: Literal["running", "succeeded", "failed", "preempted"]
     error: JobError | None = None
     final_model_uri: str | None = Field(default=None, max_length=4096)
+    step: int | None = Field(default=None, ge=0, le=2**62)
+
+
+class RestartIn(_In):
+    """Ray Train restarted the worker group inside this attempt (a worker died)."""
+
+    rank: int | None = Field(default=None, ge=0, le=1_000_000)  # the lost worker's world rank
+    node: str | None = Field(default=None, max_length=255)  # its node (IP or Ray node id)
+    cause: str = Field(min_length=1, max_length=2000)
+    resumed_from_step: int = Field(ge=0, le=2**62)  # 0 = from scratch
 
 
 class MetricPointIn(_In):
@@ -305,6 +375,28 @@ class MetricsIn(_In):
 class MetricsAccepted(_Out):
     accepted: int
     skipped_non_finite: int = 0
+
+
+class DataRootIn(_In):
+    path: str = Field(min_length=1, max_length=4096, description="absolute directory")
+
+
+class DataRootsRead(_Out):
+    team: str
+    roots: list[str]  # beside SHUNTER_DATA_ROOTS, which every team may read
+
+
+class GcIn(_In):
+    older_than: str = Field(
+        min_length=2, max_length=16, description="age of finished jobs to delete, e.g. 30d, 12h"
+    )
+    dry_run: bool = False
+
+
+class GcRead(_Out):
+    job_ids: list[str]  # past retention
+    deleted: list[str]  # empty on a dry run
+    dry_run: bool
 
 
 class CheckpointIn(_In):

@@ -7,7 +7,7 @@ Paths that default "under home" are derived from ``home`` after loading, so sett
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -25,28 +25,82 @@ class Settings(BaseSettings):
     database_url: str = ""
     # Colon-separated in the environment; local spec paths must resolve inside one of these.
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
-    # Where job output dirs (checkpoints, final model) live: a path or s3://... URI.
+    # Where job output dirs (checkpoints, final model) live: a local path, which on a multi-node
+    # cluster must be a shared filesystem mounted at the same path on the API and every Ray
+    # node (NFS, CephFS, a ReadWriteMany volume). Object-store URIs are not supported.
     storage: str = ""
     ray_address: str = ""  # empty = the launcher starts an embedded Ray head
-    launcher: str = "worker.launcher:from_settings"  # "memory" = InMemoryLauncher
+    launcher: str = "worker.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     public_url: str = ""  # how drivers reach the API; default http://host:port
 
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    # POST /v1/files (fine-tuning JSONL uploads) may be larger than any other body.
+    max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
+    # JSON/YAML file of extra models for /v1/models (service.openai.catalog); None = built-ins.
+    model_catalog: Path | None = None
     lease_seconds: float = Field(default=30.0, gt=0)
     # Infra losses (expired leases) of one job requeued before it fails retries_exhausted.
     max_infra_retries: int = Field(default=3, ge=0)
     scheduler_interval_s: float = Field(default=1.0, gt=0)
+    # The scheduler leader's lease (service.scheduler.leader): a dead leader is replaced
+    # within this many seconds (plus a tick) by another process on the same database.
+    scheduler_lease_s: float = Field(default=15.0, gt=0)
     run_scheduler: bool = True
+    # Preemption and fair share (issue 11). A job runs at least preempt_min_runtime_s before it
+    # may be preempted; a victim that has not checkpointed preempt_checkpoint_timeout_s after
+    # the request is stopped and resumes from its last verified checkpoint. A team under its
+    # share may preempt only after waiting fairshare_grace_s; usage decays with the half-life.
+    preempt_min_runtime_s: float = Field(default=300.0, ge=0)
+    preempt_checkpoint_timeout_s: float = Field(default=120.0, gt=0)
+    fairshare_grace_s: float = Field(default=600.0, ge=0)
+    fairshare_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
     migrate_on_start: bool | None = None  # None = only for the embedded SQLite database
     create_admin_token: bool = True
+    # The first admin token's plaintext (a deployment's Secret); empty = generate one.
+    admin_token: str = Field(default="", repr=False)
+    # The configured Ray cluster's GCS address (host:port): the driver connects there
+    # explicitly instead of relying on Ray's address detection. Empty with ray_address set:
+    # the driver uses the address Ray's job supervisor gives it.
+    ray_gcs_address: str = ""
     auth_cache_seconds: float = Field(default=2.0, ge=0)
+    # Admin-only: accept model folders whose weights are pickle files (.bin), which can run
+    # code when loaded. Set it on the service and on the Ray nodes (trainer_core reads it).
+    allow_pickle_weights: bool = False
+    # Per-token limit on mutating calls (POST/PUT/PATCH/DELETE, /v1/internal exempt), per
+    # API process: sustained calls per minute (0 = off) and the burst allowed at once.
+    rate_limit_per_minute: float = Field(default=600.0, ge=0)
+    rate_limit_burst: int = Field(default=120, ge=1)
+    # GET /v1/jobs?include=spec: page size cap (specs are up to max_body_bytes each).
+    spec_page_limit_max: int = Field(default=20, ge=1)
+    # SSE: concurrent streams per token (per API process), and how often a stream re-checks
+    # its token in the database (a revoked token's stream ends within this).
+    sse_max_streams_per_token: int = Field(default=4, ge=1)
+    sse_token_recheck_seconds: float = Field(default=30.0, gt=0)
 
     page_limit_default: int = Field(default=50, ge=1)
     page_limit_max: int = Field(default=1000, ge=1)
     sse_poll_seconds: float = Field(default=0.5, gt=0)
-    logs_tail_max: int = Field(default=10_000, ge=1)
+    # Durable logs (service.jobs.logs): per-job cap over all attempts (oldest output rotated
+    # out), the largest page GET .../logs returns, and how long after its attempt ended a
+    # driver may still ship its last output.
+    log_cap_bytes: int = Field(default=50 * 1024 * 1024, ge=4096)
+    log_page_max_bytes: int = Field(default=1024 * 1024, ge=1024)
+    log_grace_seconds: float = Field(default=120.0, ge=0)
+
+    # Ecosystem (issue 12). MLflow tracking URI handed to the workers as MLFLOW_TRACKING_URI
+    # for `training.report_to: [mlflow]`; empty = such specs are refused at submit.
+    mlflow_tracking_uri: str = ""
+    # Hugging Face Hub: "auto" = on when huggingface.co answers at start-up (and
+    # HF_HUB_OFFLINE is not set), "on", "off". hub_allowed_orgs (comma-separated; empty = any)
+    # limits hub ids to those organisations ("org/name"; a bare "name" has no org and passes
+    # only when the list is empty). hf_home: the per-node Hugging Face cache the workers share
+    # (HF_HOME; one download per node); empty = <home>/hf for the embedded head, the nodes' own
+    # HF_HOME on an external cluster.
+    hub_access: Literal["auto", "on", "off"] = "auto"
+    hub_allowed_orgs: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    hf_home: str = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -54,10 +108,25 @@ class Settings(BaseSettings):
         if isinstance(data, dict) and isinstance(data.get("data_roots"), str):
             raw = data["data_roots"]
             data = {**data, "data_roots": [p for p in raw.split(":") if p]}
+        if isinstance(data, dict) and isinstance(data.get("hub_allowed_orgs"), str):
+            orgs = [o.strip() for o in data["hub_allowed_orgs"].split(",")]
+            data = {**data, "hub_allowed_orgs": [o for o in orgs if o]}
         return data
 
     @model_validator(mode="after")
     def _derive_defaults(self) -> Settings:
+        if self.admin_token and not (
+            self.admin_token.startswith("shn_") and len(self.admin_token) >= 36
+        ):
+            raise ValueError(
+                "SHUNTER_ADMIN_TOKEN must be 'shn_' and at least 32 random characters, e.g."
+                " shn_$(openssl rand -hex 24); or leave it unset to generate one"
+            )
+        if "://" in self.storage:
+            raise ValueError(
+                f"SHUNTER_STORAGE={self.storage!r}: object stores are not supported; use a shared"
+                " filesystem path mounted at the same place on the API and every Ray node"
+            )
         home = self.home.expanduser().resolve()
         self.home = home
         if not self.database_url:

@@ -148,6 +148,7 @@ def make_settings(tmp_path: Path, db_url: str, data_root: Path) -> Callable[...,
             "run_scheduler": False,
             "migrate_on_start": False,
             "sse_poll_seconds": 0.05,
+            "rate_limit_per_minute": 0,  # tests/security/test_rate_limit.py turns it on
             **overrides,
         }
         return Settings(**values)
@@ -162,7 +163,7 @@ def settings(make_settings: Callable[..., Any]) -> Any:
 
 @pytest.fixture
 def launcher() -> Any:
-    from service.launcher import InMemoryLauncher
+    from service.launch import InMemoryLauncher
 
     return InMemoryLauncher()
 

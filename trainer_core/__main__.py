@@ -1,34 +1,41 @@
 """``python -m trainer_core --spec job.yaml [--output-dir DIR] [--tokenizer DIR]``.
 
 Under ``torchrun --nproc_per_node N`` every rank runs this; plain ``python`` is one process.
-Reads a JobSpec (YAML or JSON; only ``model``, ``data``, ``training``, ``distributed`` are
-used), trains with a ``JsonlReporter`` (stdout + ``<output_dir>/metrics.jsonl`` on rank 0)
-and resumes from the newest verified checkpoint in ``output_dir`` if there is one.
-``--tokenizer`` / ``--output-dir`` override the spec's ``model.tokenizer`` /
-``training.output_dir`` (e.g. a tokenizer that lives in an installed package's folder).
+Reads a JobSpec (YAML or JSON) with the service's strict parser, validates it with the
+service's rules (``shunter.jobspec``; ``resources`` are this run's: the world size from
+``WORLD_SIZE`` and one GPU per rank with CUDA), trains with a ``JsonlReporter`` (stdout +
+``<output_dir>/metrics.jsonl`` on rank 0) and resumes from the newest verified checkpoint in
+``output_dir`` if there is one. ``--output-dir`` overrides ``training.output_dir`` (default
+``shunter-output``); ``--tokenizer`` overrides ``model.tokenizer`` (e.g. a tokenizer that
+lives in an installed package's folder). A bad spec exits 2 with every error, one per line.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import logging
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
+import torch
 
-from trainer_core.config import TrainConfig
+from shunter.jobspec import SpecError
+from shunter.jobspec.parse import BodyError, parse_body
+from trainer_core.config import TrainConfig, local_spec
 from trainer_core.loop import train
 from trainer_core.reporter import JsonlReporter
 
+_DEFAULT_OUTPUT = Path("shunter-output")
+
 
 def _read_spec(path: Path) -> dict[str, Any]:
-    text = path.read_text()
-    spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    if not isinstance(spec, dict):
-        raise SystemExit(f"{path}: a JobSpec must be a mapping at the top level")
+    kind = "application/json" if path.suffix.lower() == ".json" else "application/yaml"
+    try:
+        spec: dict[str, Any] = parse_body(path.read_bytes(), kind)
+    except BodyError as exc:
+        raise SystemExit(f"{path}: {exc.message}") from None
     return spec
 
 
@@ -42,12 +49,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    spec = _read_spec(args.spec)
-    if args.output_dir is not None:
-        spec.setdefault("training", {})["output_dir"] = str(args.output_dir)
+    raw = _read_spec(args.spec)
     if args.tokenizer is not None:
-        spec.setdefault("model", {})["tokenizer"] = args.tokenizer
-    cfg = dataclasses.replace(TrainConfig.from_spec(spec), cache_dir=args.cache_dir)
+        raw["model"] = {**(raw.get("model") or {}), "tokenizer": args.tokenizer}
+    try:
+        spec = local_spec(
+            raw, world_size=int(os.environ.get("WORLD_SIZE", "1")), cuda=torch.cuda.is_available()
+        )
+    except SpecError as exc:
+        for err in exc.errors:
+            print(f"{args.spec}: {err.loc}: {err.message}", file=sys.stderr)
+        return 2
+    output_dir = args.output_dir or spec.training.output_dir or _DEFAULT_OUTPUT
+    cfg = TrainConfig.from_spec(spec, output_dir=output_dir, cache_dir=args.cache_dir)
     result = train(cfg, JsonlReporter(cfg.output_dir))
     logging.getLogger("trainer_core").info(
         "done: step %d, final model in %s", result.global_step, result.final_model_dir

@@ -45,6 +45,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _STEP_DIR = re.compile(r"^checkpoint-(\d+)$")
+_OLD_STEP_DIR = re.compile(r"^\.old-checkpoint-(\d+)$")
 
 
 def _barrier() -> None:
@@ -83,19 +84,50 @@ def save_checkpoint(
         (tmp / "trainer_state.json").write_text(json.dumps(trainer_state, indent=1))
     _barrier()  # every rank's files are on disk before the manifest describes them
     if rank == 0:
+        _fsync_tree(tmp)  # the data is on disk before the manifest vouches for it
         write_manifest(tmp)
-        if final.exists():  # a resumed run re-saving a step it already published
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        _fsync_dir(output_dir)
+        _fsync_dir(tmp)
+        _publish(tmp, final)
     _barrier()
     return final
 
 
+def _publish(tmp: Path, final: Path) -> None:
+    """Rename ``tmp`` to ``final``. A re-save of a published step (a resumed run) first moves
+    the old one aside to ``.old-checkpoint-<step>`` and deletes it only after the new one is
+    in place: a crash at any point leaves a complete checkpoint of that step on disk
+    (``_step_dirs`` falls back to the ``.old-`` copy when ``checkpoint-<step>`` is missing)."""
+    parent = final.parent
+    old = parent / f".old-{final.name}"
+    if final.exists():
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        _fsync_dir(parent)
+    os.replace(tmp, final)
+    _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _fsync_tree(directory: Path) -> None:
+    for path in directory.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        elif path.is_dir():
+            _fsync_dir(path)
+
+
 def _rng_state(generator: torch.Generator | None) -> dict[str, Any]:
+    # Only tensors and plain Python values, so it loads with torch.load(weights_only=True).
+    state = np.random.get_state(legacy=True)
+    assert isinstance(state, tuple)  # the legacy form: (name, keys, pos, has_gauss, cached)
+    name, keys, pos, has_gauss, cached = state
     return {
         "python": random.getstate(),
-        "numpy": np.random.get_state(),
+        "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, cached],
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         "collator": generator.get_state() if generator is not None else None,
@@ -116,8 +148,11 @@ def _fsync_dir(directory: Path) -> None:
 def _step_dirs(output_dir: Path) -> list[tuple[int, Path]]:
     if not output_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := _STEP_DIR.match(p.name))]
-    return sorted(found)
+    found = {int(m.group(1)): p for p in output_dir.iterdir() if (m := _STEP_DIR.match(p.name))}
+    for p in output_dir.iterdir():  # a re-save that crashed between its two renames
+        if (m := _OLD_STEP_DIR.match(p.name)) and int(m.group(1)) not in found:
+            found[int(m.group(1))] = p
+    return sorted(found.items())
 
 
 def latest_verified(output_dir: Path) -> Path | None:
@@ -153,17 +188,24 @@ def load_checkpoint(
     scheduler: Any,
     generator: torch.Generator | None = None,
 ) -> dict[str, Any]:
-    """Restore engine, scheduler and this rank's RNG; return the saved trainer state."""
+    """Restore engine, scheduler and this rank's RNG; return the saved trainer state.
+
+    The manifest is verified before anything is read: a tampered or torn checkpoint raises
+    ``ValueError`` and nothing is loaded. Every ``torch.load`` is ``weights_only=True``."""
+    problem = verify_checkpoint(directory)
+    if problem is not None:
+        raise ValueError(f"checkpoint {directory} failed verification: {problem}")
     engine.load(directory)
-    scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=False))
+    scheduler.load_state_dict(torch.load(directory / "scheduler.pt", weights_only=True))
     rank_file = directory / f"rng-rank{_rank()}.pt"
     if not rank_file.exists():
         # World size grew since the save: a new rank starts from rank 0's streams.
         log.warning("%s missing; using rank 0's RNG state", rank_file.name)
         rank_file = directory / "rng-rank0.pt"
-    rng = torch.load(rank_file, weights_only=False)
+    rng = torch.load(rank_file, weights_only=True)
     random.setstate(rng["python"])
-    np.random.set_state(rng["numpy"])
+    name, keys, pos, has_gauss, cached = rng["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(rng["torch"])
     if rng["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])

@@ -21,7 +21,6 @@ of integer labels per word; the label goes on each word's first sub-token, -100 
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import shutil
@@ -42,7 +41,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from shunter.jobspec import DataSource as SpecSource
 from trainer_core.config import DataConfig, DataSource
+from trainer_core.formats import read_local
+from trainer_core.hub import load_hub_dataset
+from trainer_core.tasks import TASK_OPS
 
 __all__ = [
     "BatchOrder",
@@ -83,7 +86,8 @@ def load_tokenized(
         dist.barrier()  # wait for rank 0 to publish the cache
     if not (cache_dir / "dataset_info.json").exists():
         if is_main:
-            tokenized = _tokenize(_load_raw(source), cfg, task, tokenizer, key)
+            raw = _load_raw(source, _required_fields(cfg, task))
+            tokenized = _tokenize(raw, cfg, task, tokenizer, key)
             tmp = cache_dir.with_name(f"{cache_dir.name}.tmp-{uuid.uuid4().hex}")
             tokenized.save_to_disk(str(tmp))
             _publish(tmp, cache_dir)
@@ -105,18 +109,30 @@ def _publish(tmp: Path, final: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _load_raw(source: DataSource) -> datasets.Dataset:
+def _load_raw(source: DataSource, fields: list[str]) -> datasets.Dataset:
+    """The raw rows: a hub dataset from the node's snapshot, or a local file/folder read by
+    ``formats.read_local`` (errors name the file and line). ``fields``: columns that must be
+    present and non-null."""
     if source.hub is not None:
-        return datasets.load_dataset(source.hub, source.config, split=source.split)
-    fmt = source.resolved_format
-    kwargs: dict[str, Any] = {}
-    if fmt == "csv":
-        kwargs["delimiter"] = source.delimiter or ","
-        if kwargs["delimiter"] == "\t":
-            kwargs["quoting"] = csv.QUOTE_NONE  # TSV corpora (SST-2) contain bare quotes
-    ds = datasets.load_dataset(fmt, data_files=str(source.path), split="train", **kwargs)
-    assert isinstance(ds, datasets.Dataset)
-    return ds
+        return load_hub_dataset(source)
+    assert source.path is not None
+    fmt, delimiter = source.format, source.delimiter
+    if fmt is None:  # a hand-written torchrun spec may leave it to the suffix, as the spec does
+        inferred = SpecSource.model_validate({"path": source.path})
+        fmt, delimiter = inferred.format, delimiter or inferred.delimiter
+    return read_local(source.path, str(fmt), delimiter=delimiter, fields=fields)
+
+
+def _required_fields(cfg: DataConfig, task: str) -> list[str]:
+    """Columns every row needs, for the original tasks (LM tasks drop empty text rows; the
+    newer tasks in ``trainer_core/tasks`` check their own columns)."""
+    if task == "sequence-classification":
+        named = [cfg.text_field, cfg.text_pair_field, cfg.label_field]
+    elif task == "token-classification":
+        named = [cfg.text_field, cfg.label_field]
+    else:
+        named = []
+    return [f for f in named if f]
 
 
 def _tokenize(
@@ -125,6 +141,15 @@ def _tokenize(
     """``key`` (our cache key) names the results, so ``datasets`` need not fingerprint the
     functions by pickling them with dill (slow, and it prints bytecode inside Ray workers)."""
     text, pair, label = cfg.text_field, cfg.text_pair_field, cfg.label_field
+    ops = TASK_OPS.get(task)
+    if ops is not None:  # the newer tasks encode themselves (trainer_core/tasks)
+        return raw.map(
+            lambda rows: ops.encode(rows, cfg, tok),
+            batched=True,
+            remove_columns=raw.column_names,
+            desc="tokenising",
+            new_fingerprint=f"{key}-t",
+        )
     if text not in raw.column_names:
         raise ValueError(f"data.text_field {text!r} not in the data's columns {raw.column_names}")
     if task in ("causal-lm", "masked-lm"):
@@ -222,6 +247,8 @@ def _fingerprint(
             cfg.text_field,
             cfg.text_pair_field,
             cfg.label_field,
+            cfg.target_field,
+            cfg.messages_field,
             cfg.max_length,
             cfg.packing,
             hashlib.sha256(tok_id.encode()).hexdigest(),
@@ -253,8 +280,15 @@ class CausalLMCollator:
         return {**batch, "labels": labels}
 
 
-def make_collator(task: str, tokenizer: PreTrainedTokenizerBase, *, seed: int) -> Collator:
-    """The dynamic-padding collator for ``task``; masked LM draws from a seeded generator."""
+def make_collator(
+    task: str, tokenizer: PreTrainedTokenizerBase, *, seed: int, model_config: Any = None
+) -> Collator:
+    """The dynamic-padding collator for ``task``; masked LM draws from a seeded generator.
+    ``model_config`` (the model's ``PretrainedConfig``): what some tasks' collators read
+    (seq2seq's decoder start token, multi-label's label count)."""
+    ops = TASK_OPS.get(task)
+    if ops is not None:
+        return ops.collator(tokenizer, model_config)
     if task == "sequence-classification":
         return DataCollatorWithPadding(tokenizer)
     if task == "token-classification":

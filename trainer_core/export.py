@@ -3,21 +3,30 @@
 Every rank calls ``save_final`` (gathering a sharded state dict is a collective); rank 0
 writes. For LoRA the directory holds the PEFT adapter (``adapter_config.json`` +
 ``adapter_model.safetensors``, loadable with ``peft.AutoPeftModelFor*``), or, with
-``lora.merge_on_save``, the merged full model. Merging needs the full weights in one process,
-so it is supported for unsharded strategies (single process, DDP).
+``merge_on_save`` (``model.lora`` or an IA3 ``model.peft``), the merged full model in the plain
+HF layout.
+
+Merging needs every weight whole in one process, and under FSDP2 or ZeRO-3 no rank holds
+them. So the merge never touches the training model: the engine gathers the full state dict
+(the collective every strategy already implements for ``save_pretrained``), and rank 0 loads
+it into a fresh CPU copy of the PEFT model (built on the meta device, so no weights are
+initialised for nothing) and merges that. The same path for every strategy, so a merged model
+from an FSDP or ZeRO-3 run equals the one from a DDP run of the same seed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
+import torch
 import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase
 
 from trainer_core.config import ModelConfig
 from trainer_core.engine import Engine
 
-__all__ = ["save_final"]
+__all__ = ["merged_copy", "save_final"]
 
 
 def save_final(
@@ -27,12 +36,37 @@ def save_final(
     is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     if is_main:
         out.mkdir(parents=True, exist_ok=True)
-        model = engine.unwrapped
-        if cfg.lora is not None and cfg.lora.merge_on_save:
-            model.merge_and_unload().save_pretrained(out)  # type: ignore[operator]
+        model: Any = engine.unwrapped
+        adapter = cfg.lora or cfg.peft
+        if adapter is not None and adapter.merge_on_save:
+            merged_copy(model, state).save_pretrained(out)
         else:
-            model.save_pretrained(out, state_dict=state)  # type: ignore[operator]
+            model.save_pretrained(out, state_dict=state)
         tokenizer.save_pretrained(out)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank reports "done" before the files exist
     return out
+
+
+def merged_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
+    """The base model with ``peft_model``'s adapters merged, from a full (gathered) state dict
+    whose keys are ``peft_model.state_dict()``'s. Built on CPU; ``peft_model`` is untouched."""
+    from peft import get_peft_model  # peft imports are slow; only when used
+
+    base = peft_model.get_base_model()
+    with torch.device("meta"):
+        fresh = get_peft_model(type(base)(base.config), peft_model.peft_config["default"])
+    fresh.to_empty(device="cpu")
+    # Persistent tensors come from the gathered state; strict: a missing key is a bug here.
+    fresh.load_state_dict(state, strict=True)
+    _restore_buffers(fresh, base)
+    return fresh.merge_and_unload()
+
+
+def _restore_buffers(fresh: torch.nn.Module, base: torch.nn.Module) -> None:
+    """Non-persistent buffers (rotary ``inv_freq``...) are not in a state dict; ``to_empty``
+    left them uninitialised. Copy them from the training model, where they are whole."""
+    source = dict(base.named_buffers())
+    for name, buf in fresh.get_base_model().named_buffers():  # type: ignore[operator]
+        if name in source:
+            buf.copy_(source[name].detach().to("cpu", buf.dtype))

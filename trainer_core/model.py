@@ -8,13 +8,19 @@ a pad token when it has none (EOS, else UNK: causal LMs usually ship without one
 ``config_overrides`` applied, initialised under ``torch.manual_seed(seed)`` so every rank
 builds identical weights. LoRA (peft) wraps it last; only adapter weights (and the
 classification head, which a new task needs) are trainable.
+
+A spec is data: loading is always ``trust_remote_code=False``, weights come from safetensors
+only (unless ``SHUNTER_ALLOW_PICKLE_WEIGHTS``), and ``config_overrides`` may not carry loader
+arguments (``config_only``), the same rule the service enforces at submit.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import torch
+import transformers
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -27,7 +33,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from trainer_core.config import ModelConfig
+from shunter.jobspec.safety import LOADER_ARGS
+from trainer_core.config import ModelConfig, is_classification, torch_dtype
+from trainer_core.tasks import TASK_OPS
 
 __all__ = ["build_model", "build_tokenizer", "model_class"]
 
@@ -47,13 +55,14 @@ _PEFT_TASK = {
 
 def model_class(task: str) -> Any:
     """The ``AutoModelFor*`` class that loads a final model of ``task``."""
-    return _AUTO[task]
+    ops = TASK_OPS.get(task)
+    return getattr(transformers, ops.auto_class) if ops is not None else _AUTO[task]
 
 
 def build_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     source = cfg.tokenizer or cfg.name_or_path
     assert source is not None  # ModelConfig.__post_init__ guarantees one
-    tok = AutoTokenizer.from_pretrained(source)
+    tok = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token if tok.eos_token is not None else tok.unk_token
     return tok
@@ -62,18 +71,25 @@ def build_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
 def build_model(
     cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, *, seed: int
 ) -> torch.nn.Module:
-    auto = _AUTO[cfg.task]
+    auto = model_class(cfg.task)
     extra: dict[str, Any] = {}
-    if cfg.num_labels is not None and cfg.is_classification:
+    if cfg.num_labels is not None and is_classification(cfg.task):
         extra["num_labels"] = cfg.num_labels
+    if (ops := TASK_OPS.get(cfg.task)) is not None:
+        extra.update(ops.model_kwargs(cfg.num_labels))
     if cfg.from_scratch:
         model_config = _scratch_config(cfg, tokenizer, extra)
         torch.manual_seed(seed)  # identical init on every rank; restored RNG takes over later
-        model = auto.from_config(model_config, dtype=cfg.torch_dtype)  # type: ignore[no-untyped-call]
+        model = auto.from_config(model_config, dtype=torch_dtype(cfg))
     else:
         assert cfg.name_or_path is not None  # ModelConfig: weights need a source
         model = auto.from_pretrained(
-            cfg.name_or_path, dtype=cfg.torch_dtype, **extra, **cfg.config_overrides
+            cfg.name_or_path,
+            dtype=torch_dtype(cfg),
+            trust_remote_code=False,
+            use_safetensors=None if _pickle_allowed() else True,
+            **extra,
+            **config_only(cfg.config_overrides),
         )
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id  # sequence-cls finds the last token
@@ -82,6 +98,8 @@ def build_model(
         model.config.use_cache = False  # the KV cache is useless in training and conflicts
     if cfg.lora is not None:
         model = _apply_lora(model, cfg)
+    elif cfg.peft is not None:
+        model = _apply_adapter(model, cfg)
     module: torch.nn.Module = model
     return module
 
@@ -89,18 +107,36 @@ def build_model(
 def _scratch_config(
     cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, extra: dict[str, Any]
 ) -> PretrainedConfig:
-    overrides = dict(cfg.config_overrides)
+    overrides = config_only(cfg.config_overrides)
     # The vocabulary must cover the tokenizer's ids unless the user pinned it.
     overrides.setdefault("vocab_size", len(tokenizer))
     overrides.setdefault("pad_token_id", tokenizer.pad_token_id)
     overrides.update(extra)
     if cfg.name_or_path is not None:
         overrides.pop("model_type", None)
-        config: PretrainedConfig = AutoConfig.from_pretrained(cfg.name_or_path, **overrides)
+        config: PretrainedConfig = AutoConfig.from_pretrained(
+            cfg.name_or_path, trust_remote_code=False, **overrides
+        )
         return config
     model_type = overrides.pop("model_type")
     config = AutoConfig.for_model(model_type, **overrides)
     return config
+
+
+def config_only(overrides: dict[str, Any]) -> dict[str, Any]:
+    """``config_overrides`` as config fields only (defence in depth: the service already
+    refused these at submit, see ``shunter.jobspec.safety``); a loader argument raises."""
+    bad = sorted(k for k in overrides if k in LOADER_ARGS or k.startswith("_"))
+    if bad:
+        raise ValueError(
+            f"model.config_overrides: {bad} are loader arguments, not model-config fields"
+        )
+    return dict(overrides)
+
+
+def _pickle_allowed() -> bool:
+    # Admin setting shared with the service (SHUNTER_ALLOW_PICKLE_WEIGHTS); off = safetensors only.
+    return os.environ.get("SHUNTER_ALLOW_PICKLE_WEIGHTS", "").lower() in {"1", "true", "yes"}
 
 
 def _apply_lora(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
@@ -112,6 +148,29 @@ def _apply_lora(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
         target_modules=cfg.lora.target_modules,
-        task_type=_PEFT_TASK[cfg.task],
+        task_type=ops.peft_task if (ops := TASK_OPS.get(cfg.task)) else _PEFT_TASK[cfg.task],
     )
     return get_peft_model(model, lora)
+
+
+def _apply_adapter(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
+    """IA3 or prefix tuning from ``model.peft`` (the spec validated the combination)."""
+    from peft import IA3Config, PrefixTuningConfig, get_peft_model
+
+    assert cfg.peft is not None
+    task_type = ops.peft_task if (ops := TASK_OPS.get(cfg.task)) else _PEFT_TASK[cfg.task]
+    config: Any
+    if cfg.peft.adapter == "ia3":
+        config = IA3Config(
+            task_type=task_type,
+            target_modules=cfg.peft.target_modules,
+            feedforward_modules=cfg.peft.feedforward_modules,
+        )
+    elif cfg.peft.adapter == "prefix_tuning":
+        config = PrefixTuningConfig(
+            task_type=task_type, num_virtual_tokens=cfg.peft.num_virtual_tokens or 20
+        )
+    else:
+        raise ValueError(f"model.peft.adapter {cfg.peft.adapter!r}: use ia3 or prefix_tuning")
+    wrapped: torch.nn.Module = get_peft_model(model, config)
+    return wrapped

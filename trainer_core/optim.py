@@ -22,7 +22,7 @@ from torch import nn
 from transformers import get_scheduler
 from transformers.optimization import Adafactor
 
-from trainer_core.config import TrainingConfig
+from trainer_core.config import TrainingConfig, higher_is_better
 
 __all__ = ["Lion", "decay_groups", "make_optimizer", "make_scheduler", "warmup_steps"]
 
@@ -73,7 +73,7 @@ def warmup_steps(cfg: TrainingConfig, total_steps: int) -> int:
 def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, total_steps: int) -> Any:
     if cfg.lr_scheduler_type == "reduce_lr_on_plateau":
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="max" if cfg.higher_is_better else "min"
+            optimizer, mode="max" if higher_is_better(cfg) else "min"
         )
     return get_scheduler(
         cfg.lr_scheduler_type,

@@ -17,7 +17,13 @@ Reads its identity from the environment the launcher set (``SHUNTER_API_URL``,
    ``CheckpointConfig(num_to_keep=None)`` (trainer_core prunes to ``save_total_limit``, see
    ``build_trainer``), the ``ApiCallback``;
 5. reports ``succeeded`` with ``final_model_uri``, or ``failed`` with ``error`` from
-   ``worker.errors.classify``. Exit status: 0 on success, 1 on failure, 3 when fenced/cancelled.
+   ``worker.classify.classify``, or ``preempted`` at a step when the workers checkpointed and
+   stopped on a checkpoint-now request (preemption, pause: rank 0 hears it in its own heartbeat
+   replies, ``worker.internal_api.StopWatch``). Exit status: 0 on success or preemption, 1 on
+   failure, 3 when fenced/cancelled.
+
+``max_runtime_seconds`` bounds the whole job's run time: the spec reply says how long earlier
+attempts ran (``runtime_used_s``) and this attempt gets the rest.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worker.api_client import ApiError, AttemptFenced, InternalApi, RetryPolicy
-from worker.errors import ErrorInfo, classify
+from shunter.jobspec import JobSpec
+from worker.classify import ErrorInfo, classify
+from worker.internal_api import ApiError, AttemptFenced, InternalApi, RetryPolicy
+from worker.log_shipper import LogShipper, flush_installed
 
 __all__ = ["Heartbeat", "build_trainer", "main", "preflight"]
 
@@ -60,6 +68,7 @@ class Heartbeat:
         self._on_stop = on_stop
         self._deadline = time.monotonic() + max_runtime_s if max_runtime_s else None
         self._stop = threading.Event()
+        self._told = False
         self._thread = threading.Thread(target=self._run, name="shunter-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -76,6 +85,9 @@ class Heartbeat:
         except ApiError as e:
             log.warning("heartbeat failed (will retry): %s", e)
             return None
+        if reply.get("checkpoint_now") and not self._told:
+            self._told = True  # the workers act on it at their next step boundary
+            log.info("checkpoint-now requested: %s", reply.get("stop_detail"))
         return "cancel requested" if reply.get("cancel_requested") else None
 
     def _run(self) -> None:
@@ -89,12 +101,10 @@ class Heartbeat:
         self._stop.set()
 
 
-def preflight(spec: dict[str, Any]) -> ErrorInfo | None:
+def preflight(spec: JobSpec) -> ErrorInfo | None:
     """Cheap checks before starting workers: local dataset files exist. Pure but for stat()."""
-    data = spec.get("data") or {}
-    for split in ("train", "eval"):
-        src = data.get(split) or {}
-        path = src.get("path")
+    for split, src in (("train", spec.data.train), ("eval", spec.data.eval)):
+        path = src.path if src is not None else None
         if path and os.path.isabs(path) and not os.path.exists(path):
             return ErrorInfo(type="user_error", message=f"data.{split}.path does not exist: {path}")
     return None
@@ -111,32 +121,31 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
         ScalingConfig,
     )
 
-    from worker.callback import ApiCallback
+    from worker.checkpoint_callback import ApiCallback, RestartWatch
     from worker.ray_trainer import ShunterTrainer, TorchEnvConfig
     from worker.train_fn import train_loop_per_worker
 
-    spec = json.loads(json.dumps(payload["spec"]))  # a private deep copy
+    spec = JobSpec.model_validate(payload["spec"])  # validated at submit; typed from here on
     output_dir = Path(payload["output_dir"])
-    spec.setdefault("training", {})["output_dir"] = str(output_dir)
-    res = spec.get("resources") or {}
-    gpus = float(res.get("gpus_per_worker", 0) or 0)
-    per_worker: dict[str, float] = {"CPU": float(res.get("cpus_per_worker", 1))}
-    if gpus > 0:
-        per_worker["GPU"] = gpus
-    training = spec.get("training") or {}
-    max_steps = int(training.get("max_steps", -1) or -1)
+    res = spec.resources
+    per_worker: dict[str, float] = {"CPU": res.cpus_per_worker}
+    if res.gpus_per_worker > 0:
+        per_worker["GPU"] = float(res.gpus_per_worker)
+    max_steps = spec.training.max_steps
     resume_from = payload.get("resume_from")
-    callback = ApiCallback(
-        api_url=env["SHUNTER_API_URL"],
-        token=env["SHUNTER_ATTEMPT_TOKEN"],
-        job_id=env["SHUNTER_JOB_ID"],
-        attempt=int(env["SHUNTER_ATTEMPT"]),
-    )
+    identity: dict[str, Any] = {
+        "api_url": env["SHUNTER_API_URL"],
+        "token": env["SHUNTER_ATTEMPT_TOKEN"],
+        "job_id": env["SHUNTER_JOB_ID"],
+        "attempt": int(env["SHUNTER_ATTEMPT"]),
+    }
+    callback = ApiCallback(**identity)
+    restarts = RestartWatch(**identity, resume_from=resume_from)  # restarts become events
     return ShunterTrainer(
         train_loop_per_worker,
         backend_config=TorchEnvConfig(),
         train_loop_config={
-            "spec": spec,
+            "spec": spec.model_dump(mode="json"),
             "output_dir": str(output_dir),
             "resume_from": resume_from,
             "total_steps": max_steps if max_steps > 0 else None,
@@ -145,36 +154,44 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
             "cache_dir": str(output_dir.parent / ".cache" / "tokenized"),
         },
         scaling_config=ScalingConfig(
-            num_workers=int(res.get("num_workers", 1)),
-            use_gpu=gpus > 0,
+            num_workers=res.num_workers,
+            use_gpu=res.gpus_per_worker > 0,
             resources_per_worker=per_worker,
         ),
         run_config=RunConfig(
             name=output_dir.name,
             storage_path=str(output_dir.parent),
-            failure_config=FailureConfig(max_failures=int(spec.get("max_restarts", 0))),
+            failure_config=FailureConfig(max_failures=spec.max_restarts),
             # One owner prunes checkpoints: trainer_core, which keeps the newest
             # ``save_total_limit`` and the best (HF semantics, needed by
             # load_best_model_at_end). Ray pruning too deletes directories trainer_core already
             # removed, and its delete raises FileNotFoundError, failing the run (seen with
             # save_total_limit 3 and a restarted worker group).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
-            callbacks=[callback],  # type: ignore[list-item]
+            callbacks=[callback, restarts],  # type: ignore[list-item]
         ),
         # No resume_from_checkpoint (deprecated in Ray Train v2, it raises): the reporter hands
         # trainer_core ``resume_from`` when Ray has no checkpoint of its own for this run.
     )
 
 
-def _final_model_uri(output_dir: Path) -> str | None:
+def _result(output_dir: Path) -> dict[str, Any]:
+    """Rank 0's ``TrainResult`` of this attempt ({} when it is missing or unreadable)."""
     from worker.train_fn import RESULT_FILE
 
     try:
         result = json.loads((output_dir / RESULT_FILE).read_text())
     except (OSError, ValueError):
+        return {}
+    return result if isinstance(result, dict) else {}
+
+
+def _remaining_runtime(spec: JobSpec, payload: dict[str, Any]) -> float | None:
+    """Seconds this attempt may run: max_runtime_seconds minus what earlier attempts used."""
+    limit = spec.max_runtime_seconds
+    if not limit:
         return None
-    final = result.get("final_model_dir")
-    return str(final) if final else None
+    return float(limit) - float(payload.get("runtime_used_s") or 0.0)
 
 
 def run(api: InternalApi, env: dict[str, str]) -> int:
@@ -186,7 +203,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         env.get("RAY_ADDRESS"),
     )
     payload = api.spec()
-    spec = payload["spec"]
+    spec = JobSpec.model_validate(payload["spec"])
     api.status("running")
 
     def _stop(reason: str) -> None:
@@ -197,21 +214,28 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
                 api.status("failed", error=err)
             except ApiError as e:
                 log.warning("could not report the timeout: %s", e)
-        sys.stdout.flush()
+        flush_installed(2.0)  # the last lines reach the durable log
         os._exit(EXIT_FENCED)  # ends the Ray job; Ray tears down the controller and workers
 
-    max_runtime = spec.get("max_runtime_seconds")
+    remaining = _remaining_runtime(spec, payload)
+    if remaining is not None and remaining <= 0:
+        msg = "max_runtime_seconds exceeded (earlier attempts used it up)"
+        api.status("failed", error={"type": "timeout", "message": msg})
+        return 1
     beat = Heartbeat(
         api,
         interval_s=float(env.get("SHUNTER_HEARTBEAT_S", "5")),
         on_stop=_stop,
-        max_runtime_s=float(max_runtime) if max_runtime else None,
+        max_runtime_s=remaining,
     )
     beat.start()
     problem = preflight(spec)
     if problem is not None:
         api.status("failed", error=problem.as_dict())
         return 1
+    from worker.train_fn import RESULT_FILE
+
+    (Path(payload["output_dir"]) / RESULT_FILE).unlink(missing_ok=True)  # an earlier attempt's
     try:
         build_trainer(payload, env).fit()
     except Exception as e:  # every failure becomes a reported error with its real cause
@@ -221,8 +245,13 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         api.status("failed", error=info.as_dict())
         return 1
     beat.stop()
-    final = _final_model_uri(Path(payload["output_dir"]))
-    api.status("succeeded", final_model_uri=final)
+    result = _result(Path(payload["output_dir"]))
+    if result.get("interrupted"):  # checkpointed on request: the API requeues or pauses the job
+        log.info("stopped at step %s: %s", result.get("global_step"), result["interrupted"])
+        api.status("preempted", step=int(result.get("global_step") or 0))
+        return 0
+    final = result.get("final_model_dir")
+    api.status("succeeded", final_model_uri=str(final) if final else None)
     return 0
 
 
@@ -244,12 +273,15 @@ def main() -> int:
         # finished attempt is lost and rerun from its last checkpoint.
         retry=RetryPolicy(attempts=12, base_s=0.5, max_s=8.0),
     )
+    shipper = LogShipper(api)  # this process's and the workers' output -> the API's store
+    shipper.start()
     try:
         return run(api, env)
     except AttemptFenced as e:
         log.warning("attempt fenced: %s", e)
         return EXIT_FENCED
     finally:
+        shipper.close()
         api.close()
 
 

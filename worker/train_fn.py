@@ -46,10 +46,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     import ray.train
 
+    from shunter.jobspec import JobSpec
     from trainer_core import train
     from trainer_core.config import TrainConfig
-    from worker.api_client import InternalApi, MetricsSender
-    from worker.reporter import RayReporter
+    from worker.internal_api import InternalApi, MetricsSender, StopWatch
+    from worker.ray_reporter import RayReporter
 
     rank = ray.train.get_context().get_world_rank()
     print(
@@ -57,7 +58,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         f"{time.time() - t0:.1f}s",
         flush=True,
     )
-    sender = None
+    sender = stop_watch = None
     if rank == 0:
         api = InternalApi(
             api_url=os.environ["SHUNTER_API_URL"],
@@ -66,15 +67,20 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             attempt=int(os.environ["SHUNTER_ATTEMPT"]),
         )
         sender = MetricsSender(api)
+        # Checkpoint-now requests (preemption, pause) arrive in heartbeat replies.
+        stop_watch = StopWatch(api, interval_s=float(os.environ.get("SHUNTER_STOP_POLL_S", "2")))
     cache_dir = config.get("cache_dir")
-    cfg = dataclasses.replace(
-        TrainConfig.from_spec(config["spec"]), cache_dir=Path(cache_dir) if cache_dir else None
+    cfg = TrainConfig.from_spec(
+        JobSpec.model_validate(config["spec"]),  # validated at submit; typed from here on
+        output_dir=config["output_dir"],
+        cache_dir=Path(cache_dir) if cache_dir else None,
     )
     reporter = RayReporter(
         rank=rank,
         sender=sender,
         resume_from=config.get("resume_from"),
         total_steps=config.get("total_steps"),
+        stop_watch=stop_watch,
     )
     try:
         result = train(cfg, reporter)

@@ -11,8 +11,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
 
-__all__ = ["MIGRATIONS_DIR", "alembic_config", "downgrade", "upgrade"]
+__all__ = ["MIGRATIONS_DIR", "alembic_config", "downgrade", "revisions", "upgrade"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
 
@@ -31,3 +34,12 @@ def upgrade(url: str, revision: str = "head") -> None:
 
 def downgrade(url: str, revision: str = "base") -> None:
     command.downgrade(alembic_config(url), revision)
+
+
+def revisions(engine: Engine) -> tuple[set[str], set[str]]:
+    """(the database's current revisions, the code's head revisions): migrated when equal."""
+    script = ScriptDirectory.from_config(alembic_config(engine.url.render_as_string(False)))
+    heads = set(script.get_heads())
+    with engine.connect() as conn:
+        current = set(MigrationContext.configure(conn).get_current_heads())
+    return current, heads

@@ -40,23 +40,41 @@ __all__ = [
     "JOB_STATUSES",
     "PRIORITIES",
     "ROLES",
+    "STOP_CAUSES",
     "Attempt",
+    "AuditLog",
     "Base",
     "Checkpoint",
     "Event",
+    "File",
+    "FineTuningJob",
     "IdempotencyKey",
     "Job",
     "MetricPoint",
+    "SchedulerLease",
     "Team",
+    "TeamDataRoot",
     "Token",
     "utcnow_py",
 ]
 
 # Kept here (not imported from states.py) so the schema never depends on domain code.
-JOB_STATUSES = ("queued", "starting", "running", "cancelling", "succeeded", "failed", "cancelled")
-ATTEMPT_STATUSES = ("active", "succeeded", "failed", "cancelled", "lost")
+JOB_STATUSES = (
+    "queued",
+    "starting",
+    "running",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "paused",
+)
+# preempted: checkpointed and stopped on request (preemption or pause); not a failure.
+ATTEMPT_STATUSES = ("active", "succeeded", "failed", "cancelled", "lost", "preempted")
+STOP_CAUSES = ("preempt", "pause")
 ACTIVE = "active"
 ROLES = ("admin", "member", "viewer")
+FILE_PURPOSES = ("fine-tune",)
 PRIORITIES = ("low", "normal", "high")
 
 NAMING = {
@@ -82,8 +100,26 @@ class Base(DeclarativeBase):
     type_annotation_map = {datetime: DateTime(timezone=True), dict[str, Any]: JSON}
 
 
+class AuditLog(Base):
+    """Who did what that leaves no other trace (a deleted job, a gc run). Append-only; no
+    foreign keys, so a row outlives the job it names."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index("ix_audit_log_time", "time"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime] = mapped_column(default=utcnow_py)
+    actor: Mapped[str] = mapped_column(String(127))  # token name (or "gc")
+    actor_team: Mapped[str | None] = mapped_column(String(63))
+    action: Mapped[str] = mapped_column(String(63))  # "job.delete", ...
+    target: Mapped[str] = mapped_column(String(127))  # the job id
+    target_team: Mapped[str | None] = mapped_column(String(63))
+    detail: Mapped[str] = mapped_column(Text, default="")
+
+
 class Team(Base):
     __tablename__ = "teams"
+    __table_args__ = (CheckConstraint(_in("max_priority", PRIORITIES), name="max_priority"),)
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
@@ -91,7 +127,39 @@ class Team(Base):
     max_gpus: Mapped[float | None] = mapped_column(Float)
     max_cpus: Mapped[float | None] = mapped_column(Float)
     max_running_jobs: Mapped[int | None] = mapped_column(Integer)
+    # The highest priority its members may submit at (admins may submit at any).
+    max_priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class TeamDataRoot(Base):
+    """A data root only ``team`` may read (added by an admin), beside the global
+    ``SHUNTER_DATA_ROOTS``. ``path`` is absolute and symlink-free."""
+
+    __tablename__ = "team_data_roots"
+
+    team: Mapped[str] = mapped_column(
+        ForeignKey("teams.name", ondelete="CASCADE"), primary_key=True
+    )
+    path: Mapped[str] = mapped_column(String(4096), primary_key=True)
+    created_by: Mapped[str | None] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class SchedulerLease(Base):
+    """The scheduler leader's lease (one row per lease name), on the database clock.
+
+    ``epoch`` grows by one at every change of holder; each placement transaction checks that
+    the row still names this holder and epoch and has not expired (``scheduler.leader``), so
+    a deposed leader's claims are refused."""
+
+    __tablename__ = "scheduler_leases"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime] = mapped_column()  # database clock
+    acquired_at: Mapped[datetime] = mapped_column()  # database clock
 
 
 class Token(Base):
@@ -114,6 +182,7 @@ class Job(Base):
         CheckConstraint(_in("priority", PRIORITIES), name="priority"),
         Index("ix_jobs_team_id", "team", "id"),
         Index("ix_jobs_status_created", "status", "created_at"),
+        Index("ix_jobs_status_queue_position", "status", "queue_position"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "job-<sortable>"
@@ -144,12 +213,22 @@ class Job(Base):
     final_model_uri: Mapped[str | None] = mapped_column(Text)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     pending_reason: Mapped[str | None] = mapped_column(Text)  # written by the scheduler
+    # Written by the scheduler each tick for queued jobs (submit/resume write a first value),
+    # so a GET reads them instead of re-deriving the queue order. 1-based; None unless queued.
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    estimated_start_at: Mapped[datetime | None] = mapped_column()
+    estimated_end_at: Mapped[datetime | None] = mapped_column()
+    # Ray Train worker-group restarts inside the current attempt (what max_restarts bounds).
+    restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Attempt(Base):
     __tablename__ = "attempts"
     __table_args__ = (
         CheckConstraint(_in("status", ATTEMPT_STATUSES), name="status"),
+        CheckConstraint(
+            f"stop_cause IS NULL OR {_in('stop_cause', STOP_CAUSES)}", name="stop_cause"
+        ),
         UniqueConstraint("job_id", "number", name="uq_attempts_job_number"),
         # The invariant "at most one active attempt per job", held by the database.
         Index(
@@ -172,6 +251,10 @@ class Attempt(Base):
     started_at: Mapped[datetime] = mapped_column()  # database clock
     ended_at: Mapped[datetime | None] = mapped_column()
     end_reason: Mapped[str | None] = mapped_column(Text)
+    # A checkpoint-now request (service.jobs.preemption): when (database clock), why, detail.
+    stop_requested_at: Mapped[datetime | None] = mapped_column()
+    stop_cause: Mapped[str | None] = mapped_column(String(16))
+    stop_detail: Mapped[str | None] = mapped_column(Text)
 
 
 class Event(Base):
@@ -233,3 +316,42 @@ class IdempotencyKey(Base):
     body_sha256: Mapped[str] = mapped_column(String(64))
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class File(Base):
+    """An uploaded file (OpenAI's ``/v1/files``): the bytes live at ``path`` under storage."""
+
+    __tablename__ = "files"
+    __table_args__ = (
+        CheckConstraint(_in("purpose", FILE_PURPOSES), name="purpose"),
+        Index("ix_files_team_id", "team", "id"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "file-<sortable>"
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    filename: Mapped[str] = mapped_column(String(255))
+    purpose: Mapped[str] = mapped_column(String(32))
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    lines: Mapped[int] = mapped_column(Integer)  # JSONL examples
+    path: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class FineTuningJob(Base):
+    """What an OpenAI fine-tuning request said beyond the JobSpec it became (one per job).
+
+    The job itself (status, events, checkpoints) is the ``jobs`` row; file ids are kept as
+    given (no foreign key: OpenAI lets a file be deleted after its job was created).
+    """
+
+    __tablename__ = "fine_tuning_jobs"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    model: Mapped[str] = mapped_column(String(255))
+    training_file: Mapped[str] = mapped_column(String(40))
+    validation_file: Mapped[str | None] = mapped_column(String(40))
+    suffix: Mapped[str | None] = mapped_column(String(64))
+    hyperparameters: Mapped[dict[str, Any]] = mapped_column()  # resolved n_epochs, batch, lr x
+    user_metadata: Mapped[dict[str, Any] | None] = mapped_column()  # OpenAI's ``metadata``
+    seed: Mapped[int] = mapped_column(BigInteger)

@@ -10,10 +10,10 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from service.cli import app
-from service.client.models import Job
-from service.client.overrides import OverrideError, apply_overrides, parse_value
-from service.client.render import job_detail, sparkline
+from shunter.cli import app
+from shunter.cli.overrides import OverrideError, apply_overrides, parse_value
+from shunter.cli.render import job_detail, sparkline
+from shunter.client.models import Job
 
 
 @pytest.mark.parametrize(
@@ -76,10 +76,10 @@ def test_init_writes_a_spec_that_validates(tmp_path: Path) -> None:
     assert "# " in target.read_text()  # commented for humans
     spec = yaml.safe_load(target.read_text())
     assert spec["data"]["train"] == {"path": "sst2/train.tsv", "format": "csv", "delimiter": "\t"}
-    checked = runner.invoke(app, ["validate", str(target), "--data-root", str(root), "--json"])
+    checked = runner.invoke(app, ["validate", str(target), "--json"])
     assert checked.exit_code == 0, checked.output
     resolved = json.loads(checked.stdout)["spec"]
-    assert resolved["model"]["name_or_path"] == str(model)
+    assert resolved["model"]["name_or_path"] == "models/all-MiniLM-L6-v2"  # resolved by the server
     again = runner.invoke(app, ["init", str(target)])
     assert again.exit_code == 5 and "exists" in again.output
 

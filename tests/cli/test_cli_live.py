@@ -20,8 +20,8 @@ import yaml
 from live_server import LiveServer, valid_spec
 from typer.testing import CliRunner, Result
 
-from service.cli import app
-from service.client import Client
+from shunter.cli import app
+from shunter.client import Client
 
 
 def _name(prefix: str) -> str:
@@ -162,7 +162,7 @@ def test_metrics_csv_logs_checkpoints_queue_cancel(
     for step in (1, 2, 3):
         driver.loss(step, 3)
     driver.checkpoint(3)
-    live.launcher.log_text[driver.req.submission_id] = "a\nb\nc\n"
+    driver.log("a\nb\nc\n")
 
     rows = list(
         csv.reader(
@@ -175,7 +175,8 @@ def test_metrics_csv_logs_checkpoints_queue_cancel(
     assert [r[0] for r in rows[1:]] == ["1", "2", "3"] and {r[1] for r in rows[1:]} == {"loss"}
     table = run(live, "metrics", job["id"], token=member)
     assert "learning_rate" in table.stdout and "loss" in table.stdout
-    assert run(live, "logs", job["id"], "--tail", "2", token=member).stdout == "b\nc\n"
+    assert run(live, "logs", job["id"], "--tail", "4", token=member).stdout == "b\nc\n"
+    assert run(live, "logs", job["id"], token=member).stdout == "a\nb\nc\n"
     [ckpt] = as_json(run(live, "checkpoints", job["id"], "--json", token=member))
     assert ckpt["step"] == 3 and ckpt["verified"] is True
     assert isinstance(as_json(run(live, "queue", "--json", token=member)), list)
@@ -236,18 +237,17 @@ def test_logs_follow_prints_new_lines_until_the_job_ends(
     job = as_json(run(live, "submit", str(spec_file), "--json", token=member))
     driver = live.driver(job["id"])
     driver.status("running")
-    key = driver.req.submission_id
-    live.launcher.log_text[key] = "step 1\n"
+    driver.log("step 1\n")
 
     def more() -> None:
         for i in range(2, 5):
             time.sleep(0.3)
-            live.launcher.log_text[key] += f"step {i}\n"
+            driver.log(f"step {i}\n")
         driver.status("succeeded")
 
     writer = threading.Thread(target=more, daemon=True)
     writer.start()
-    result = run(live, "logs", job["id"], "-f", "--poll", "0.1", token=member)
+    result = run(live, "logs", job["id"], "-f", token=member)
     writer.join(60)
     assert result.exit_code == 0, result.output
     assert result.stdout == "step 1\nstep 2\nstep 3\nstep 4\n"

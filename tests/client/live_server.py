@@ -24,8 +24,8 @@ from typing import Any
 import httpx
 import uvicorn
 
-from service.client import Client
-from service.launcher import InMemoryLauncher, LaunchRequest, NodeResources
+from service.launch import InMemoryLauncher, LaunchRequest, NodeResources
+from shunter.client import Client
 from tests.service.svc_helpers import tiny_spec
 
 __all__ = ["CPUS", "FakeDriver", "LiveServer", "live_server", "valid_spec"]
@@ -68,6 +68,14 @@ class FakeDriver:
         r.raise_for_status()
         return r.json()
 
+    def log(self, text: str) -> int:
+        """Ship ``text`` as the next output of this attempt, as the real log shipper does."""
+        offset = getattr(self, "_log_offset", 0)
+        r = self._http.post("/logs", params={"offset": offset}, content=text.encode())
+        r.raise_for_status()
+        self._log_offset: int = int(r.json()["next_offset"])
+        return self._log_offset
+
     def status(self, status: str, *, error: dict[str, str] | None = None, **extra: Any) -> Any:
         return self._post("/status", {"status": status, "error": error, **extra})
 
@@ -88,10 +96,17 @@ class FakeDriver:
             total=total,
         )
 
+    def output_dir(self) -> str:
+        """The job's output directory: a worker may only report URIs inside it."""
+        r = self._http.get("/spec")
+        r.raise_for_status()
+        out: str = r.json()["output_dir"]
+        return out
+
     def checkpoint(self, step: int) -> Any:
         body = {
             "step": step,
-            "uri": f"file:///ckpt/{self.req.job_id}/step-{step}",
+            "uri": f"{self.output_dir()}/step-{step}",
             "bytes": 1234 * step,
             "metrics": {"loss": 0.5},
             "verified": True,
@@ -166,7 +181,8 @@ def live_server(
     settings = Settings(
         home=tmp / "home",
         launcher="memory",
-        data_roots=[data_root],
+        # As on a default server: $SHUNTER_HOME/data (the linked MiniLM model) is a root too.
+        data_roots=[data_root, tmp / "home" / "data"],
         host="127.0.0.1",
         port=port,
         scheduler_interval_s=0.1,

@@ -14,7 +14,7 @@ from itertools import islice
 import pytest
 from live_server import CPUS, LiveServer, valid_spec
 
-from service.client import (
+from shunter.client import (
     AuthError,
     Client,
     Conflict,
@@ -74,15 +74,16 @@ def test_job_lifecycle_metrics_checkpoints_events_logs(live: LiveServer) -> None
         for step in range(1, 6):
             driver.loss(step, 5)
         driver.checkpoint(5)
-        live.launcher.log_text[driver.req.submission_id] = "line 1\nline 2\nline 3\n"
+        driver.log("line 1\nline 2\nline 3\n")
         mid = c.get(job.id)
         assert mid.status == "running"
         assert mid.progress is not None and (mid.progress.step, mid.progress.total_steps) == (5, 5)
-        driver.status("succeeded", final_model_uri="file:///models/life")
+        final_dir = f"{driver.output_dir()}/final"
+        driver.status("succeeded", final_model_uri=final_dir)
         final = c.wait(job.id, timeout=60, poll=0.1)
 
         assert final.status == "succeeded" and final.terminal
-        assert final.final_model_uri == "file:///models/life"
+        assert final.final_model_uri == final_dir
         losses = list(c.metrics(job.id, name="loss", limit=2))  # 3 pages of at most 2
         assert [p.step for p in losses] == [1, 2, 3, 4, 5]
         assert losses[0].value > losses[-1].value
@@ -93,7 +94,9 @@ def test_job_lifecycle_metrics_checkpoints_events_logs(live: LiveServer) -> None
         assert (ckpt.step, ckpt.verified) == (5, True)
         moves = [e.to_status for e in c.events(job.id) if e.to_status]
         assert moves[0] == "queued" and moves[-1] == "succeeded" and "running" in moves
-        assert c.logs(job.id, tail=2).splitlines() == ["line 2", "line 3"]
+        assert c.logs(job.id, tail=14).splitlines() == ["line 2", "line 3"]
+        page = c.logs_page(job.id, offset=7)
+        assert (page["text"], page["next_offset"], page["size"]) == ("line 2\nline 3\n", 21, 21)
         with pytest.raises(Conflict):
             c.cancel(job.id)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.client import (
+from shunter.client import (
     AuthError,
     Client,
     Conflict,

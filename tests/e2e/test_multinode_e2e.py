@@ -65,7 +65,7 @@ def cluster() -> Iterator[Any]:
 
 @pytest.fixture
 def api(tmp_path: Path, data_root: Path, cluster: Any) -> Iterator[ApiServer]:
-    from worker.launcher import RayLauncher, RayLauncherConfig
+    from worker.ray_launcher import RayLauncher, RayLauncherConfig
 
     launcher = RayLauncher(
         RayLauncherConfig(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.auth import hash_token, new_token
+from service.accounts.auth import hash_token, new_token
 from service.db.engine import Database
-from service.states import claim_job
+from service.jobs.states import claim_job
 
 __all__ = ["bearer", "claim", "internal", "submit", "tiny_spec"]
 
@@ -24,7 +24,7 @@ def tiny_spec(name: str = "tiny", **training: Any) -> dict[str, Any]:
             "from_scratch": True,
             "task": "sequence-classification",
             "num_labels": 2,
-            "tokenizer": "bert-base-uncased",
+            "tokenizer": "models/all-MiniLM-L6-v2",  # linked into home/data on start
             "config_overrides": {
                 "model_type": "bert",
                 "hidden_size": 32,

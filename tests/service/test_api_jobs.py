@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
 from service.db.models import Event, Job
-from service.launcher import LaunchState, LaunchStatus
+from service.launch import LaunchState, LaunchStatus
 
 
 def test_submit_returns_queued_job_with_resolved_spec(
@@ -153,11 +153,12 @@ def test_resume_failed_job_from_newest_verified_checkpoint(
     number, token = claim(db, job_id)
     h = bearer(token)
     client.post(internal(job_id, number, "status"), json={"status": "running"}, headers=h)
+    out = client.get(internal(job_id, number, "spec"), headers=h).json()["output_dir"]
     for step, verified in ((10, True), (20, True), (30, False)):
         r = client.post(
             internal(job_id, number, "checkpoints"),
             headers=h,
-            json={"step": step, "uri": f"/ck/{step}", "bytes": 1, "verified": verified},
+            json={"step": step, "uri": f"{out}/ck/{step}", "bytes": 1, "verified": verified},
         )
         assert r.status_code == 200, r.text
     client.post(
@@ -168,12 +169,12 @@ def test_resume_failed_job_from_newest_verified_checkpoint(
     r = client.post(f"/v1/jobs/{job_id}/resume", headers=bearer(admin_token))
     assert r.status_code == 200, r.text
     job = r.json()
-    assert job["status"] == "queued" and job["resume_from"] == "/ck/20"
+    assert job["status"] == "queued" and job["resume_from"] == f"{out}/ck/20"
     assert job["error"] is None and job["finished_at"] is None
     number2, token2 = claim(db, job_id)
     assert number2 == 2
     spec = client.get(internal(job_id, number2, "spec"), headers=bearer(token2)).json()
-    assert spec["resume_from"] == "/ck/20" and spec["attempt"] == 2
+    assert spec["resume_from"] == f"{out}/ck/20" and spec["attempt"] == 2
     types = [
         e["type"]
         for e in client.get(f"/v1/jobs/{job_id}/events", headers=bearer(admin_token)).json()["data"]
@@ -228,15 +229,13 @@ def test_logs_queue_cluster_health_metrics_docs(
 ) -> None:
     h = bearer(admin_token)
     first = submit(client, admin_token)["id"]
-    assert client.get(f"/v1/jobs/{first}/logs", headers=h).json() == {
-        "text": "",
-        "submission_id": None,
-    }
+    none = client.get(f"/v1/jobs/{first}/logs", headers=h).json()
+    assert (none["text"], none["submission_id"], none["source"]) == ("", None, "none")
     number, _ = claim(db, first)
+    # Nothing in the durable store yet: the tail falls back to the launcher's live log.
     launcher.log_text[f"{first}-{number}"] = "a\nb\nc\n"
-    assert (
-        client.get(f"/v1/jobs/{first}/logs", params={"tail": 2}, headers=h).json()["text"] == "b\nc"
-    )
+    live = client.get(f"/v1/jobs/{first}/logs", params={"tail": 3}, headers=h).json()
+    assert (live["text"], live["source"]) == ("b\nc", "launcher")
     low = submit(client, admin_token, {**tiny_spec("low"), "priority": "low"})["id"]
     high = submit(client, admin_token, {**tiny_spec("high"), "priority": "high"})["id"]
     q = client.get("/v1/queue", headers=h).json()["data"]

@@ -17,7 +17,7 @@ from svc_helpers import bearer, claim, internal, tiny_spec
 
 from service.app import create_app
 from service.db.models import Job, MetricPoint
-from service.launcher import InMemoryLauncher
+from service.launch import InMemoryLauncher
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from svc_helpers import bearer, claim, internal, tiny_spec
 
 from service.app import create_app
 from service.db.models import Checkpoint, Event, MetricPoint
-from service.launcher import InMemoryLauncher
+from service.launch import InMemoryLauncher
 from service.settings import Settings
 
 SCALARS = st.one_of(

@@ -10,6 +10,7 @@ JSON and (where it is text) as YAML. A spec rejected by the API carries exactly 
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,14 +19,18 @@ import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobspec"))
+
 from spec_cases import BAD_SPECS, GOOD_SPEC, write_data_root
 from test_jsonbody import BAD_BODIES
 from test_spec_property import JSON, mutated_specs
 
 from service.app import create_app
-from service.jsonbody import BodyError, parse_body
+from service.jobs.admission import validate_spec
 from service.settings import Settings
-from service.spec import SpecError, format_spec_errors, validate_spec
+from shunter.jobspec import SpecError, format_spec_errors
+from shunter.jobspec.parse import BodyError, parse_body
 
 _CONTENT_TYPES = ["application/json", "application/yaml", "text/plain", None]
 

@@ -45,8 +45,8 @@ def test_keys_are_per_team(client: Any, make_token: Any, db: Any) -> None:
 
 
 def test_concurrent_retries_make_one_job(app: Any, admin_token: str, db: Any) -> None:
-    from service.auth import Principal, Role
-    from service.submit import submit_job
+    from service.accounts.auth import Principal, Role
+    from service.jobs.submit import submit_job
 
     st = app.state.shunter
     principal = Principal(token_id="t", team="default", role=Role.ADMIN, name="admin")

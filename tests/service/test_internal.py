@@ -54,14 +54,15 @@ def test_status_moves_and_final_fields(client: Any, admin_token: str, db: Any) -
     assert again.status_code == 200  # idempotent
     job = client.get(f"/v1/jobs/{job_id}", headers=bearer(admin_token)).json()
     assert job["status"] == "running" and job["started_at"] is not None
+    out = client.get(internal(job_id, n, "spec"), headers=h).json()["output_dir"]
     r = client.post(
         internal(job_id, n, "status"),
         headers=h,
-        json={"status": "succeeded", "final_model_uri": "/out/final"},
+        json={"status": "succeeded", "final_model_uri": f"{out}/final"},  # inside: issue 10
     )
     assert r.status_code == 200
     job = client.get(f"/v1/jobs/{job_id}", headers=bearer(admin_token)).json()
-    assert (job["status"], job["final_model_uri"]) == ("succeeded", "/out/final")
+    assert (job["status"], job["final_model_uri"]) == ("succeeded", f"{out}/final")
     assert job["finished_at"] is not None
     bad = client.post(internal(job_id, n, "status"), json={"status": "paused"}, headers=h)
     assert bad.status_code in (409, 422)
@@ -75,7 +76,7 @@ def test_fencing_stale_attempt_gets_409_and_writes_nothing(
     h1 = bearer(t1)
     client.post(internal(job_id, n1, "status"), json={"status": "running"}, headers=h1)
     # The scheduler requeues it (attempt lost) and a second attempt takes over.
-    from service.states import JobStatus, transition
+    from service.jobs.states import JobStatus, transition
 
     db.write(lambda s: transition(s, job_id=job_id, to=JobStatus.QUEUED, message="lost"))
     n2, t2 = claim(db, job_id)
@@ -153,13 +154,14 @@ def test_checkpoint_registration(client: Any, admin_token: str, db: Any) -> None
     job_id = submit(client, admin_token)["id"]
     n, t = claim(db, job_id)
     url = internal(job_id, n, "checkpoints")
-    body = {"step": 50, "uri": "/ck/50", "bytes": 123, "metrics": {"loss": 0.5}, "verified": True}
+    ck = client.get(internal(job_id, n, "spec"), headers=bearer(t)).json()["output_dir"] + "/ck"
+    body = {"step": 50, "uri": f"{ck}/50", "bytes": 123, "metrics": {"loss": 0.5}, "verified": True}
     first = client.post(url, json=body, headers=bearer(t)).json()
     again = client.post(url, json=body, headers=bearer(t)).json()
     assert first == again and first["step"] == 50 and first["verified"] is True
-    client.post(url, json={**body, "step": 10, "uri": "/ck/10"}, headers=bearer(t))
+    client.post(url, json={**body, "step": 10, "uri": f"{ck}/10"}, headers=bearer(t))
     job = client.get(f"/v1/jobs/{job_id}", headers=bearer(admin_token)).json()
-    assert job["latest_checkpoint"]["uri"] == "/ck/50"  # an older step does not replace it
+    assert job["latest_checkpoint"]["uri"] == f"{ck}/50"  # an older step does not replace it
     listed = client.get(f"/v1/jobs/{job_id}/checkpoints", headers=bearer(admin_token)).json()
     assert [c["step"] for c in listed["data"]] == [50, 10]
     assert set(listed["data"][0]) >= {

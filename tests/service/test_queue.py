@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from service.queue import NodeFree, QueueEntry, TeamQuota, TeamUsage, order_queue, place_gang
+from service.scheduler.policy.plan import (
+    NodeFree,
+    QueueEntry,
+    TeamQuota,
+    TeamUsage,
+    order_queue,
+    place_gang,
+)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -1,10 +1,10 @@
 """Job states: the move table, transition(), the claim CAS under a thread race, the
-one-active-attempt constraint, leases on the database clock, and the loss policy."""
+one-active-attempt constraint and leases on the database clock (the loss policy:
+test_loss.py)."""
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -12,20 +12,18 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from svc_helpers import claim, submit
 
-from service.auth import hash_token, new_token
+from service.accounts.auth import hash_token, new_token
 from service.db.models import Attempt, Event, Job
 from service.errors import IllegalTransition, NotFound
-from service.states import (
+from service.jobs.states import (
     LEGAL_MOVES,
     TERMINAL,
     ErrorInfo,
     JobStatus,
     can_move,
     claim_job,
-    decide_after_loss,
     expired_attempts,
     heartbeat,
-    mark_attempt_lost,
     transition,
 )
 
@@ -196,57 +194,3 @@ def test_heartbeat_extends_lease_on_db_clock(client: Any, admin_token: str, db: 
     assert cancel is False
     assert (expires.replace(tzinfo=None) - first.replace(tzinfo=None)).total_seconds() > 50
     assert db.read(expired_attempts) == []
-
-
-@pytest.mark.parametrize(
-    ("status", "used", "maximum", "to", "error_type"),
-    [
-        (S.RUNNING, 0, 3, S.QUEUED, None),
-        (S.STARTING, 2, 3, S.QUEUED, None),
-        (S.RUNNING, 3, 3, S.FAILED, "retries_exhausted"),
-        (S.STARTING, 0, 0, S.FAILED, "retries_exhausted"),
-        (S.CANCELLING, 0, 3, S.CANCELLED, None),
-        (S.CANCELLING, 9, 3, S.CANCELLED, None),
-    ],
-)
-def test_loss_policy_table(
-    status: JobStatus, used: int, maximum: int, to: JobStatus, error_type: str | None
-) -> None:
-    d = decide_after_loss(status=status, infra_retries=used, max_infra_retries=maximum)
-    assert d.to == to
-    assert (d.error.type if d.error else None) == error_type
-
-
-def test_expired_lease_is_reaped_then_requeued_then_exhausted(
-    client: Any, admin_token: str, db: Any
-) -> None:
-    job_id = submit(client, admin_token)["id"]
-    for round_ in (1, 2):
-        claim(db, job_id, lease_seconds=0.05)
-        time.sleep(0.2)
-        expired = db.read(expired_attempts)
-        assert [a.job_id for a in expired] == [job_id]
-        job = db.write(
-            lambda s, a=expired[0].id: mark_attempt_lost(s, attempt_id=a, max_infra_retries=1)
-        )
-        assert job is not None
-        if round_ == 1:
-            assert (job.status, job.infra_retries) == ("queued", 1)
-        else:
-            assert (job.status, job.error_type) == ("failed", "retries_exhausted")
-    statuses = db.read(
-        lambda s: [a.status for a in s.execute(select(Attempt).order_by(Attempt.number)).scalars()]
-    )
-    assert statuses == ["lost", "lost"]
-
-
-def test_mark_lost_skips_an_attempt_that_heartbeated(
-    client: Any, admin_token: str, db: Any
-) -> None:
-    job_id = submit(client, admin_token)["id"]
-    number, _ = claim(db, job_id, lease_seconds=0.05)
-    time.sleep(0.2)
-    [att] = db.read(expired_attempts)
-    db.write(lambda s: heartbeat(s, job_id=job_id, attempt=number, lease_seconds=60))
-    assert db.write(lambda s: mark_attempt_lost(s, attempt_id=att.id, max_infra_retries=3)) is None
-    assert db.read(lambda s: s.get(Job, job_id)).status == "starting"

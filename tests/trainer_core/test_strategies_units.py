@@ -1,9 +1,7 @@
-"""Fast checks of the parallel package's pure parts: config rules, the DeepSpeed config
-builder, block discovery and gradient clipping (no process group needed)."""
+"""Fast checks of the parallel package's pure parts: config rules, block discovery and
+gradient clipping (no process group needed)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 import torch
@@ -20,76 +18,22 @@ from transformers import (
 from trainer_core.parallel import ParallelConfig, build_engine, init_distributed
 from trainer_core.parallel.blocks import find_blocks
 from trainer_core.parallel.build import _check_tp_world
-from trainer_core.parallel.deepspeed_engine import deepspeed_config
 from trainer_core.parallel.grad_norm import clip_grad_norm
 from trainer_core.parallel.tp import _check_heads
-
-
-def test_from_spec_defaults_follow_design() -> None:
-    cfg = ParallelConfig.from_spec({}, {})
-    assert cfg.strategy == "ddp"
-    assert (cfg.fsdp_sharding, cfg.fsdp_cpu_offload) == ("full_shard", False)
-    assert (cfg.deepspeed_stage, cfg.offload_optimizer, cfg.offload_param) == (2, False, False)
-    assert (cfg.tensor_parallel_size, cfg.bf16, cfg.fp16) == (1, False, False)
-    assert (cfg.max_grad_norm, cfg.micro_batch_size) == (1.0, 16)
-
-
-def test_from_spec_reads_every_field() -> None:
-    cfg = ParallelConfig.from_spec(
-        {
-            "strategy": "deepspeed",
-            "fsdp": {"sharding": "hybrid_shard", "cpu_offload": True},
-            "deepspeed": {"stage": 3, "offload_optimizer": True, "offload_param": True,
-                          "config": {"zero_optimization": {"reduce_bucket_size": 1000}}},
-        },
-        {"bf16": True, "max_grad_norm": None, "per_device_train_batch_size": 4},
-    )  # fmt: skip
-    assert (cfg.strategy, cfg.fsdp_sharding, cfg.fsdp_cpu_offload) == (
-        "deepspeed",
-        "hybrid_shard",
-        True,
-    )
-    assert (cfg.deepspeed_stage, cfg.offload_optimizer, cfg.offload_param) == (3, True, True)
-    assert cfg.deepspeed_config == {"zero_optimization": {"reduce_bucket_size": 1000}}
-    assert (cfg.bf16, cfg.max_grad_norm, cfg.micro_batch_size) == (True, None, 4)
-
-
-@pytest.mark.parametrize(
-    ("distributed", "training", "says"),
-    [
-        ({"strategy": "pp"}, {}, "distributed.strategy"),
-        ({"fsdp": {"sharding": "zero"}}, {}, "distributed.fsdp.sharding"),
-        ({"fsdp": {"shard": "full_shard"}}, {}, "unknown key(s) ['shard']"),
-        ({"deepspeed": {"stage": 4}}, {}, "use 0, 1, 2 or 3"),
-        ({"deepspeed": {"stage": 2, "offload_param": True}}, {}, "offload_param needs stage 3"),
-        ({"deepspeed": {"stage": 0, "offload_optimizer": True}}, {}, "needs stage >= 1"),
-        ({"strategy": "tp"}, {}, "tensor_parallel_size >= 2"),
-        ({"strategy": "fsdp", "tensor_parallel_size": 2}, {}, "needs strategy 'tp' or 'fsdp+tp'"),
-        ({}, {"bf16": True, "fp16": True}, "set at most one"),
-        ({"tensor_parallel_size": 0}, {}, "must be >= 1"),
-        ({"fsdp": {"hybrid_shard_size": 2}}, {}, "only for sharding: hybrid_shard"),
-        ({"mesh": [2]}, {}, "unknown key(s) ['mesh']"),
-    ],
-)
-def test_config_errors_say_what_to_change(
-    distributed: dict[str, Any], training: dict[str, Any], says: str
-) -> None:
-    with pytest.raises(ValueError) as err:
-        ParallelConfig.from_spec(distributed, training)
-    assert says in str(err.value)
 
 
 @pytest.mark.parametrize(
     ("cfg", "world", "says"),
     [
-        (ParallelConfig(strategy="tp", tensor_parallel_size=2), 4, "use strategy 'fsdp+tp'"),
+        (ParallelConfig(strategy="tp", tensor_parallel_size=2), 4, None),  # 2 x 2 mesh
+        (ParallelConfig(strategy="tp", tensor_parallel_size=4), 6, "multiple of"),
         (ParallelConfig(strategy="fsdp+tp", tensor_parallel_size=2), 2, "at least 2x it"),
         (ParallelConfig(strategy="fsdp+tp", tensor_parallel_size=2), 6, None),
         (ParallelConfig(strategy="fsdp+tp", tensor_parallel_size=4), 6, "multiple of"),
         (
             ParallelConfig(strategy="fsdp+tp", tensor_parallel_size=2, fsdp_sharding="no_shard"),
             4,
-            "full_shard or shard_grad_op",
+            None,  # a 3-D mesh: replicate x 1 x tp
         ),
     ],
 )
@@ -111,35 +55,6 @@ def test_tp_size_must_divide_heads() -> None:
         ValueError, match="must divide num_attention_heads=4 and num_key_value_heads=2"
     ):
         _check_heads(model, 4)
-
-
-def test_deepspeed_config_built_from_fields_and_merged() -> None:
-    cfg = ParallelConfig(
-        strategy="deepspeed",
-        deepspeed_stage=3,
-        offload_optimizer=True,
-        offload_param=True,
-        bf16=True,
-        max_grad_norm=0.5,
-        micro_batch_size=4,
-        deepspeed_config={"zero_optimization": {"stage3_prefetch_bucket_size": 10}},
-    )
-    built = deepspeed_config(cfg, world_size=2, cuda=False)
-    assert built["train_micro_batch_size_per_gpu"] == 4
-    assert built["train_batch_size"] == 8
-    assert built["gradient_accumulation_steps"] == 1
-    assert built["gradient_clipping"] == 0.5
-    assert built["bf16"] == {"enabled": True} and built["fp16"] == {"enabled": False}
-    zero = built["zero_optimization"]
-    assert zero["stage"] == 3 and zero["stage3_prefetch_bucket_size"] == 10  # merged, not replaced
-    assert zero["offload_optimizer"] == {"device": "cpu", "pin_memory": False}
-    assert zero["offload_param"] == {"device": "cpu", "pin_memory": False}
-
-
-def test_deepspeed_config_refuses_its_own_accumulation() -> None:
-    cfg = ParallelConfig(strategy="deepspeed", deepspeed_config={"gradient_accumulation_steps": 4})
-    with pytest.raises(ValueError, match=r"use training\.gradient_accumulation_steps"):
-        deepspeed_config(cfg, world_size=1, cuda=False)
 
 
 def test_find_blocks_across_architectures() -> None:
@@ -196,3 +111,33 @@ def test_fp16_on_cpu_is_refused() -> None:
         build_engine(nn.Linear(2, 2), ParallelConfig(fp16=True),
                      make_optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=0.1),
                      device=torch.device("cpu"))  # fmt: skip
+
+
+def test_merged_copy_equals_peft_merge_and_leaves_the_model_alone() -> None:
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    from trainer_core.export import merged_copy
+
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=4, num_key_value_heads=2, vocab_size=64)  # fmt: skip
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    model = get_peft_model(LlamaForCausalLM(config), lora)
+    with torch.no_grad():  # B starts at zero; a trained adapter does not
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    merged = merged_copy(model, {k: v.detach().clone() for k, v in model.state_dict().items()})
+    want = copy.deepcopy(model).merge_and_unload()
+    ids = torch.randint(0, 64, (2, 8))
+    torch.testing.assert_close(merged(input_ids=ids).logits, want(input_ids=ids).logits)
+    torch.testing.assert_close(merged(input_ids=ids).logits, model(input_ids=ids).logits)
+    assert not any("lora" in k for k in merged.state_dict())
+    q = "model.layers.0.self_attn.q_proj.weight"
+    base_q = before["base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"]
+    assert not torch.allclose(merged.state_dict()[q], base_q)  # the delta went in
+    for k, v in model.state_dict().items():  # the training model is untouched
+        assert torch.equal(v, before[k]), k

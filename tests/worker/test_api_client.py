@@ -12,7 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from worker.api_client import (
+from worker.driver import Heartbeat
+from worker.internal_api import (
     ApiRejected,
     ApiUnavailable,
     AttemptFenced,
@@ -20,7 +21,6 @@ from worker.api_client import (
     MetricsSender,
     RetryPolicy,
 )
-from worker.driver import Heartbeat
 
 
 class FakeApi:
@@ -241,7 +241,7 @@ def test_a_checkpoint_is_reported_to_ray_only_after_its_metrics_are_delivered(
     step up to it, so their metrics must already be in the API (seen lost in a CI run)."""
     import ray.train
 
-    from worker.reporter import RayReporter
+    from worker.ray_reporter import RayReporter
 
     fake = FakeApi()
     api, _ = client(fake)

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from service.launcher import ClusterResources, LaunchState, NodeResources
-from service.queue import QueueEntry
-from service.reconcile import Decision, decide_active
-from service.scheduler import effective_free, never_fits_reason
-from service.states import JobStatus
+from service.jobs.reconcile import Decision, decide_active
+from service.jobs.states import JobStatus
+from service.launch import ClusterResources, LaunchState, NodeResources
+from service.scheduler.loop import effective_free, never_fits_reason
+from service.scheduler.policy.plan import QueueEntry
+from shunter.jobspec import JobSpec
+from worker.classify import classify
 from worker.driver import preflight
-from worker.errors import classify
 
 S, L, D = JobStatus, LaunchState, Decision
 
@@ -147,7 +148,12 @@ def test_classify(exc: BaseException, type_: str, needle: str) -> None:
 def test_preflight(tmp_path: Path) -> None:
     ok = tmp_path / "train.txt"
     ok.write_text("x")
-    assert preflight({"data": {"train": {"path": str(ok)}}}) is None
-    assert preflight({"data": {"train": {"hub": "glue"}}}) is None
-    bad = preflight({"data": {"train": {"path": str(ok)}, "eval": {"path": "/nope/dev.tsv"}}})
+
+    def spec(**data: object) -> JobSpec:
+        model = {"name_or_path": "gpt2", "task": "causal-lm"}
+        return JobSpec.model_validate({"name": "p", "model": model, "data": data})
+
+    assert preflight(spec(train={"path": str(ok)})) is None
+    assert preflight(spec(train={"hub": "glue"})) is None
+    bad = preflight(spec(train={"path": str(ok)}, eval={"path": "/nope/dev.tsv"}))
     assert bad is not None and bad.type == "user_error" and "/nope/dev.tsv" in bad.message

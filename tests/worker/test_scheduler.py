@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from service.launcher import InMemoryLauncher, LaunchState, LaunchStatus, NodeResources
-from service.reconcile import Decision, reconcile_on_start
-from service.scheduler import Scheduler
+from service.jobs.reconcile import Decision, reconcile_on_start
+from service.launch import InMemoryLauncher, LaunchState, LaunchStatus, NodeResources
+from service.scheduler.loop import Scheduler
 
-TOKENIZER = "bert-base-uncased"  # a hub id: validation keeps it, nothing is downloaded
+TOKENIZER = "models/all-MiniLM-L6-v2"  # linked into the data root on start; no Hub
 
 
 def spec(name: str, workers: int = 1, cpus: float = 1, priority: str = "normal") -> dict[str, Any]:
@@ -138,10 +138,13 @@ def _run(h: Any, job_id: str, attempt: int) -> str:
 def test_dead_driver_is_lost_requeued_with_resume_from_then_retries_exhaust(h: Any) -> None:
     job_id = h.submit(spec("flaky"))
     token = _run(h, job_id, 1)
+    auth = {"Authorization": f"Bearer {token}"}
+    out = h.client.get(f"/v1/internal/jobs/{job_id}/attempts/1/spec", headers=auth).json()
+    ckpt = f"{out['output_dir']}/checkpoint-3"  # inside the job's output dir (issue 10)
     r = h.client.post(
         f"/v1/internal/jobs/{job_id}/attempts/1/checkpoints",
-        json={"step": 3, "uri": "/ckpt/checkpoint-3", "bytes": 10, "metrics": {}, "verified": True},
-        headers={"Authorization": f"Bearer {token}"},
+        json={"step": 3, "uri": ckpt, "bytes": 10, "metrics": {}, "verified": True},
+        headers=auth,
     )
     assert r.status_code == 200, r.text
     h.set_state(f"{job_id}-1", LaunchState.FAILED, "entrypoint exited with -9")
@@ -152,7 +155,7 @@ def test_dead_driver_is_lost_requeued_with_resume_from_then_retries_exhaust(h: A
         f"/v1/internal/jobs/{job_id}/attempts/2/spec",
         headers={"Authorization": f"Bearer {h.launcher.submitted[f'{job_id}-2'].attempt_token}"},
     ).json()
-    assert spec2["resume_from"] == "/ckpt/checkpoint-3"
+    assert spec2["resume_from"] == ckpt
     # The old attempt is fenced.
     late = h.client.post(
         f"/v1/internal/jobs/{job_id}/attempts/1/heartbeat",

@@ -7,6 +7,7 @@ place and returns an ``Engine`` whose verbs the loop calls without knowing the b
 
 from trainer_core.parallel.build import build_engine
 from trainer_core.parallel.config import ParallelConfig
+from trainer_core.parallel.deepspeed_config import TrainingValues
 from trainer_core.parallel.dist import DistInfo, init_distributed
 
-__all__ = ["DistInfo", "ParallelConfig", "build_engine", "init_distributed"]
+__all__ = ["DistInfo", "ParallelConfig", "TrainingValues", "build_engine", "init_distributed"]

@@ -5,10 +5,12 @@ already enabled on the HF model by the loop) -> FSDP per block, then root / or D
 optimizer over the wrapped parameters. DeepSpeed owns wrapping and the optimizer step, so it
 branches off first.
 
-World-size rules (checked here because only here is the world size known): ``tp`` needs
-``tensor_parallel_size == world_size`` (one TP group, data-parallel size 1); ``fsdp+tp``
-needs ``world_size`` a multiple of ``tensor_parallel_size`` with at least two data-parallel
-groups; ``hybrid_shard`` needs ``world_size`` a multiple of the shard group size.
+Meshes (``_meshes``): one device mesh ``dp_replicate x dp_shard x tp``. ``tp`` with
+``tensor_parallel_size < world_size`` is 2-D: TP inside each group of adjacent ranks,
+replicated across groups (data sharded by the data-parallel rank, not the global one);
+``fsdp+tp`` shards across groups by ``fsdp.sharding`` (all four modes, ``hybrid_shard`` and
+``no_shard`` as a 3-D mesh). World-size rules are asserted here, where the world is known;
+the JobSpec rejects the same cases at submit.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from trainer_core.engine import Engine
 from trainer_core.parallel.config import ParallelConfig
+from trainer_core.parallel.deepspeed_config import TrainingValues
 from trainer_core.parallel.deepspeed_engine import build_deepspeed
 from trainer_core.parallel.fsdp import apply_fsdp
 from trainer_core.parallel.torch_engine import TorchEngine
@@ -40,16 +43,20 @@ def build_engine(
     *,
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
     device: torch.device,
+    training: TrainingValues | None = None,
 ) -> Engine:
     """Wrap ``model`` for ``cfg.strategy`` over the default process group and return the
     engine; ``make_optimizer`` is called once, on the wrapped model. Every rank must build
-    the same model from the same seed before calling this."""
+    the same model from the same seed before calling this. ``training``: the values a
+    DeepSpeed config's ``"auto"`` stands for (accumulation, optimizer, schedule)."""
     if cfg.fp16 and device.type != "cuda":
         raise ValueError(
             "training.fp16 needs a CUDA device (a grad scaler on GPU); use bf16 on CPU"
         )
     if cfg.strategy == "deepspeed":
-        return build_deepspeed(model, cfg, make_optimizer=make_optimizer, device=device)
+        return build_deepspeed(
+            model, cfg, make_optimizer=make_optimizer, device=device, training=training
+        )
     grouped = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if grouped else 1
     rank = dist.get_rank() if grouped else 0
@@ -88,27 +95,17 @@ def build_engine(
 
     # --- meshes -----------------------------------------------------------------------
     _check_tp_world(cfg, world)
-    tp_size = cfg.tensor_parallel_size
-    dp_mesh: DeviceMesh | None = None
-    dp_rank, dp_size, dp_group = rank, world, None
-    if cfg.strategy == "tp":
-        tp_mesh: DeviceMesh | None = init_device_mesh(device.type, (world,), mesh_dim_names=("tp",))
-        dp_rank, dp_size = 0, 1
-    elif cfg.strategy == "fsdp+tp":
-        mesh = init_device_mesh(
-            device.type, (world // tp_size, tp_size), mesh_dim_names=("dp", "tp")
-        )
-        tp_mesh, dp_mesh = mesh["tp"], mesh["dp"]
+    tp_mesh, fsdp_mesh, dp_mesh = _meshes(cfg, device, world)
+    dp_rank, dp_size, dp_group = 0, 1, None
+    if dp_mesh is not None:
         dp_rank, dp_size, dp_group = dp_mesh.get_local_rank(), dp_mesh.size(), dp_mesh.get_group()
-    else:
-        tp_mesh, dp_mesh = None, _fsdp_mesh(cfg, device, world)
 
     # --- 1. tensor parallel -> 2. (activation checkpointing: set by the loop) -> 3. FSDP ---
     if tp_mesh is not None:
         apply_tp(model, tp_mesh)
-    if dp_mesh is not None:
-        apply_fsdp(model, dp_mesh, cfg)
-    fsdp = dp_mesh is not None
+    if fsdp_mesh is not None:
+        apply_fsdp(model, fsdp_mesh, cfg)
+    fsdp = fsdp_mesh is not None
     return TorchEngine(
         model=model,
         unwrapped=unwrapped,
@@ -127,37 +124,65 @@ def build_engine(
 
 def _check_tp_world(cfg: ParallelConfig, world: int) -> None:
     tp = cfg.tensor_parallel_size
-    if cfg.strategy == "tp" and tp != world:
+    if cfg.strategy in ("tp", "fsdp+tp") and world % tp:
         raise ValueError(
-            f"strategy tp needs tensor_parallel_size == number of workers (got {tp} and "
-            f"{world}); for data parallel across TP groups use strategy 'fsdp+tp'"
+            f"strategy {cfg.strategy} needs num_workers ({world}) to be a multiple of "
+            f"tensor_parallel_size ({tp}); pick a TP size that divides it"
         )
-    if cfg.strategy == "fsdp+tp" and (world % tp or world // tp < 2):
+    if cfg.strategy == "fsdp+tp" and world // tp < 2:
         raise ValueError(
             f"strategy fsdp+tp needs num_workers a multiple of tensor_parallel_size={tp} and at "
             f"least 2x it (got {world} workers); use strategy 'tp' for a single TP group"
         )
-    if cfg.strategy == "fsdp+tp" and cfg.fsdp_sharding not in ("full_shard", "shard_grad_op"):
-        raise ValueError(
-            "strategy fsdp+tp supports fsdp.sharding full_shard or shard_grad_op "
-            f"(got {cfg.fsdp_sharding!r})"
+
+
+def _meshes(
+    cfg: ParallelConfig, device: torch.device, world: int
+) -> tuple[DeviceMesh | None, DeviceMesh | None, DeviceMesh | None]:
+    """(TP mesh, FSDP mesh, flat data-parallel mesh); ``None`` where a part is absent.
+
+    One device mesh, dims outer to inner ``dp_replicate x dp_shard x tp`` (size-1 dims
+    omitted, so 1-D cases stay 1-D). TP ranks are adjacent (fastest links inside a node).
+    The data-parallel part follows ``fsdp.sharding``; strategy ``tp`` with more ranks than
+    ``tensor_parallel_size`` replicates the TP groups (FSDP2 with a shard dim of 1: whole
+    parameters per group, gradients all-reduced across groups, as DDP would).
+    """
+    tp = cfg.tensor_parallel_size if cfg.strategy in ("tp", "fsdp+tp") else 1
+    dp = world // tp
+    if cfg.strategy == "tp":
+        replicate, shard = (dp, 1) if dp > 1 else (1, 1)
+    elif cfg.fsdp_sharding == "no_shard":
+        replicate, shard = dp, 1
+    elif cfg.fsdp_sharding == "hybrid_shard":
+        # Default group: this node's data-parallel ranks (its TP ranks share one dp rank).
+        shard = cfg.hybrid_shard_size or max(
+            1, int(os.environ.get("LOCAL_WORLD_SIZE", world)) // tp
         )
-
-
-def _fsdp_mesh(cfg: ParallelConfig, device: torch.device, world: int) -> DeviceMesh:
-    names_2d = ("dp_replicate", "dp_shard")
-    if cfg.fsdp_sharding == "no_shard":
-        # Shard dimension of size 1: every rank keeps whole parameters, grads are all-reduced.
-        return init_device_mesh(device.type, (world, 1), mesh_dim_names=names_2d)
-    if cfg.fsdp_sharding == "hybrid_shard":
-        shard = cfg.hybrid_shard_size or int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        if world % shard:
+        if dp % shard:
             raise ValueError(
-                f"fsdp.sharding hybrid_shard: {world} workers is not a multiple of the shard "
-                f"group size {shard}; set distributed.fsdp.hybrid_shard_size to a divisor"
+                f"fsdp.sharding hybrid_shard: {dp} data-parallel ranks is not a multiple of the "
+                f"shard group size {shard}; set distributed.fsdp.hybrid_shard_size to a divisor"
             )
-        return init_device_mesh(device.type, (world // shard, shard), mesh_dim_names=names_2d)
-    return init_device_mesh(device.type, (world,), mesh_dim_names=("dp_shard",))
+        replicate = dp // shard
+    else:
+        replicate, shard = 1, dp
+    two_d = cfg.strategy != "tp" and cfg.fsdp_sharding in ("no_shard", "hybrid_shard")
+    dims = [("dp_replicate", replicate)] if replicate > 1 or two_d else []
+    # FSDP strategies keep a shard dim even of size 1 (a 1-rank group is still FSDP-wrapped).
+    dims += [("dp_shard", shard)] if shard > 1 or dims or cfg.strategy != "tp" else []
+    dims += [("tp", tp)] if tp > 1 else []
+    if not dims:
+        return None, None, None
+    mesh = init_device_mesh(
+        device.type, tuple(n for _, n in dims), mesh_dim_names=tuple(name for name, _ in dims)
+    )
+    dp_names = tuple(name for name, _ in dims if name != "tp")
+    tp_mesh = mesh["tp"] if tp > 1 else None
+    if not dp_names:
+        return tp_mesh, None, None
+    fsdp_mesh = mesh[dp_names] if len(dp_names) > 1 else mesh[dp_names[0]]
+    dp_mesh = fsdp_mesh._flatten("dp") if len(dp_names) > 1 else fsdp_mesh
+    return tp_mesh, fsdp_mesh, dp_mesh
 
 
 @contextlib.contextmanager

@@ -1,16 +1,18 @@
 """DeepSpeed ZeRO 0-3 behind the Engine verbs.
 
 DeepSpeed owns backward, gradient reduction, clipping and the optimizer step, so this engine
-hands those verbs over to ``deepspeed.DeepSpeedEngine``. The config is built from
-``ParallelConfig`` (no JSON by hand); ``cfg.deepspeed_config`` is merged over it.
+hands those verbs over to ``deepspeed.DeepSpeedEngine``. The config comes from
+``deepspeed_config`` (ours, the user's pass-through merged over it, ``"auto"`` filled).
 
-Accumulation is driven by the loop, not by DeepSpeed: the config says
-``gradient_accumulation_steps: 1`` (so DeepSpeed never rescales the loss; the loop already
-normalises by target tokens) and ``no_sync()`` marks non-final micro-steps with
-``set_gradient_accumulation_boundary(False)``, which in 0.19.8 defers the all-reduce
+Accumulation: DeepSpeed's config carries the spec's ``gradient_accumulation_steps`` (so its
+``train_batch_size`` identity holds and a user's config that says the same is accepted), but
+the loop owns the window, whose last one may be short: ``no_sync()`` marks non-final
+micro-steps with ``set_gradient_accumulation_boundary(False)``, which defers the all-reduce
 (stage 0/1) or the optimizer-step bookkeeping (stage 2/3, whose gradients are
-reduce-scattered every backward into partitioned buffers). ``DeepSpeedEngine.no_sync`` itself
-refuses ZeRO 2/3, hence the boundary flag.
+reduce-scattered every backward into partitioned buffers), and ``step()`` runs once per window.
+``backward`` passes ``scale_wrt_gas=False``: the loop already normalised the loss by the
+window's global target count, exactly as for the torch engines. ``DeepSpeedEngine.no_sync``
+itself refuses ZeRO 2/3, hence the boundary flag.
 
 The optimizer is the caller's torch optimizer (``make_optimizer``), never a DeepSpeed fused
 op: those JIT-compile C++/CUDA on first use. ``engine.optimizer`` is that torch optimizer, so
@@ -22,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,41 +35,12 @@ import torch.distributed as dist
 from torch import nn
 
 from trainer_core.parallel.config import ParallelConfig
+from trainer_core.parallel.deepspeed_config import TrainingValues, deepspeed_config
 from trainer_core.parallel.grad_norm import clip_grad_norm
 
-__all__ = ["DeepSpeedEngine", "build_deepspeed", "deepspeed_config"]
+__all__ = ["DeepSpeedEngine", "build_deepspeed"]
 
 _TAG = "deepspeed"
-
-
-def deepspeed_config(cfg: ParallelConfig, *, world_size: int, cuda: bool) -> dict[str, Any]:
-    """The DeepSpeed config dict for ``cfg`` (user pass-through merged last)."""
-    zero: dict[str, Any] = {"stage": cfg.deepspeed_stage}
-    if cfg.offload_optimizer:
-        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": cuda}
-    if cfg.offload_param:
-        zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
-    built: dict[str, Any] = {
-        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
-        "gradient_accumulation_steps": 1,
-        "train_batch_size": cfg.micro_batch_size * world_size,
-        "gradient_clipping": cfg.max_grad_norm or 0.0,
-        "zero_optimization": zero,
-        "bf16": {"enabled": cfg.bf16},
-        "fp16": {"enabled": cfg.fp16},
-        # We pass a plain torch optimizer on purpose (no JIT-compiled ops).
-        "zero_allow_untested_optimizer": True,
-        "zero_force_ds_cpu_optimizer": False,
-        "steps_per_print": 1 << 30,
-        "wall_clock_breakdown": False,
-    }
-    merged = _merge(built, cfg.deepspeed_config or {})
-    if merged.get("gradient_accumulation_steps", 1) != 1:
-        raise ValueError(
-            "distributed.deepspeed.config.gradient_accumulation_steps must be 1 (or absent): "
-            "use training.gradient_accumulation_steps, the loop drives accumulation"
-        )
-    return merged
 
 
 def build_deepspeed(
@@ -76,6 +49,7 @@ def build_deepspeed(
     *,
     make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
     device: torch.device,
+    training: TrainingValues | None = None,
 ) -> DeepSpeedEngine:
     os.environ.setdefault("DS_BUILD_OPS", "0")
     import deepspeed  # deferred: importing it probes the accelerator and is slow
@@ -89,7 +63,14 @@ def build_deepspeed(
     world_size = dist.get_world_size()
     model.to(device)
     optimizer = make_optimizer(model)
-    config = deepspeed_config(cfg, world_size=world_size, cuda=device.type == "cuda")
+    hidden = getattr(getattr(model, "config", None), "hidden_size", None)
+    config = deepspeed_config(
+        cfg,
+        world_size=world_size,
+        cuda=device.type == "cuda",
+        training=training,
+        hidden_size=hidden if isinstance(hidden, int) else None,
+    )
     ds_engine, _, _, _ = deepspeed.initialize(
         model=model, optimizer=optimizer, config=config, dist_init_required=False
     )
@@ -122,7 +103,8 @@ class DeepSpeedEngine:
         return self.model(**batch)
 
     def backward(self, loss: torch.Tensor) -> None:
-        self.model.backward(loss)
+        # The loop normalised the loss over the whole window; DeepSpeed must not divide again.
+        self.model.backward(loss, scale_wrt_gas=False)
 
     def no_sync(self) -> AbstractContextManager[None]:
         return self._deferred_boundary()
@@ -181,12 +163,23 @@ class DeepSpeedEngine:
         for name, t in self.unwrapped.state_dict(keep_vars=True).items():
             if isinstance(t, nn.Parameter):
                 if id(t) not in seen:
-                    hp = safe_get_full_fp32_param(t)
-                    seen[id(t)] = (t if hp is None else hp).detach().cpu()
+                    hp = safe_get_full_fp32_param(t)  # the fp32 master of a trained param
+                    seen[id(t)] = _gathered(t) if hp is None else hp.detach().cpu()
                 full[name] = seen[id(t)]
             else:
                 full[name] = t.detach().cpu()
         return full if dist.get_rank() == 0 else {}
+
+
+def _gathered(param: nn.Parameter) -> torch.Tensor:
+    """A parameter with no optimizer master (frozen: LoRA's base weights), whole on CPU.
+    Under ZeRO-3 each rank holds a slice, so gather it first (a collective on every rank)."""
+    if not hasattr(param, "ds_id"):
+        return param.detach().cpu()
+    import deepspeed  # already imported by build_deepspeed: a dict lookup
+
+    with deepspeed.zero.GatheredParameters([param]):
+        return param.detach().clone().cpu()
 
 
 def _single_rank_group(device: torch.device) -> None:
@@ -216,13 +209,3 @@ def _use_cpu_without_jit(deepspeed: Any) -> None:
         set_accelerator(CPU_Accelerator())
     # Read lazily by DeepSpeed; probing it runs a compiler per op, so seed it instead.
     vars(deepspeed.ops).setdefault("__compatible_ops__", {})["deepspeed_shm_comm"] = False
-
-
-def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out

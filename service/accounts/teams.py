@@ -1,0 +1,195 @@
+"""Admin operations on teams and tokens. A token's plaintext is returned once, at issue."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.accounts.auth import Principal, hash_token, new_token, new_token_id, require_admin
+from service.db.engine import Database
+from service.db.models import Attempt, Job, Team, Token, utcnow_py
+from service.errors import Conflict, NotFound, Unprocessable
+from service.schemas import (
+    Quota,
+    TeamCreate,
+    TeamPatch,
+    TeamRead,
+    TeamsPage,
+    TeamUsageRead,
+    TokenCreate,
+    TokenCreated,
+    TokenRead,
+    TokensPage,
+)
+
+__all__ = [
+    "create_team",
+    "issue_token",
+    "list_teams",
+    "list_tokens",
+    "patch_team",
+    "revoke_token",
+    "team_usage",
+]
+
+
+def _utc(t: datetime) -> datetime:
+    """SQLite returns naive datetimes; they are UTC."""
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
+
+
+def _team_read(t: Team) -> TeamRead:
+    quota = None
+    if t.max_gpus is not None or t.max_cpus is not None or t.max_running_jobs is not None:
+        quota = Quota(max_gpus=t.max_gpus, max_cpus=t.max_cpus, max_running_jobs=t.max_running_jobs)
+    return TeamRead(
+        name=t.name,
+        quota=quota,
+        weight=t.weight,
+        max_priority=t.max_priority,
+        created_at=t.created_at,
+    )
+
+
+def create_team(db: Database, *, principal: Principal, body: TeamCreate) -> TeamRead:
+    require_admin(principal)
+    q = body.quota or Quota()
+
+    def _create(session: Session) -> TeamRead:
+        if session.get(Team, body.name) is not None:
+            raise Conflict(f"team {body.name!r} already exists")
+        team = Team(
+            name=body.name,
+            weight=body.weight,
+            max_gpus=q.max_gpus,
+            max_cpus=q.max_cpus,
+            max_running_jobs=q.max_running_jobs,
+            max_priority=body.max_priority,
+            created_at=utcnow_py(),
+        )
+        session.add(team)
+        session.flush()
+        return _team_read(team)
+
+    try:
+        return db.write(_create)
+    except IntegrityError:
+        raise Conflict(f"team {body.name!r} already exists") from None
+
+
+def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch) -> TeamRead:
+    """Change a team's weight, quota fields and max_priority (admin); the scheduler reads
+    teams every tick, so the change applies on its next tick."""
+    require_admin(principal)
+
+    def _patch(session: Session) -> TeamRead:
+        team = session.get(Team, name)
+        if team is None:
+            raise NotFound(f"team {name!r} not found")
+        if body.weight is not None:
+            team.weight = body.weight
+        if body.max_priority is not None:
+            team.max_priority = body.max_priority
+        if body.quota is not None:
+            for field in body.quota.model_fields_set:  # null = unlimited
+                setattr(team, field, getattr(body.quota, field))
+        session.flush()
+        return _team_read(team)
+
+    return db.write(_patch)
+
+
+def team_usage(
+    session: Session, *, principal: Principal, name: str, since: datetime | None, until: datetime
+) -> TeamUsageRead:
+    """GPU- and CPU-seconds the team's attempts held in [since, until] (default: all time).
+    Members and viewers see only their own team."""
+    if not principal.sees_team(name) or session.get(Team, name) is None:
+        raise NotFound(f"team {name!r} not found")
+    start = since or datetime(1970, 1, 1, tzinfo=UTC)
+    rows = session.execute(
+        select(
+            Attempt.started_at,
+            Attempt.ended_at,
+            Job.num_workers,
+            Job.cpus_per_worker,
+            Job.gpus_per_worker,
+        )
+        .join(Job, Job.id == Attempt.job_id)
+        .where(
+            Job.team == name,
+            Attempt.started_at < until,
+            or_(Attempt.ended_at.is_(None), Attempt.ended_at > start),
+        )
+    ).all()
+    gpu_s = cpu_s = 0.0
+    for started, ended, workers, cpw, gpw in rows:
+        lo = max(_utc(started), start)
+        hi = min(_utc(ended) if ended is not None else until, until)
+        seconds = max((hi - lo).total_seconds(), 0.0)
+        gpu_s += seconds * workers * gpw
+        cpu_s += seconds * workers * cpw
+    return TeamUsageRead(
+        team=name,
+        since=start,
+        until=until,
+        gpu_seconds=round(gpu_s, 3),
+        cpu_seconds=round(cpu_s, 3),
+        attempts=len(rows),
+    )
+
+
+def list_teams(session: Session, *, principal: Principal) -> TeamsPage:
+    q = select(Team).order_by(Team.name)
+    if not principal.is_admin:
+        q = q.where(Team.name == principal.team)
+    return TeamsPage(data=[_team_read(t) for t in session.execute(q).scalars()])
+
+
+def issue_token(db: Database, *, principal: Principal, body: TokenCreate) -> TokenCreated:
+    require_admin(principal)
+    plaintext = new_token()
+
+    def _issue(session: Session) -> TokenCreated:
+        if session.get(Team, body.team) is None:
+            raise Unprocessable(
+                f"team: no team named {body.team!r}; create it first",
+                detail=[{"loc": "team", "msg": "unknown team"}],
+            )
+        tok = Token(
+            id=new_token_id(),
+            token_hash=hash_token(plaintext),
+            team=body.team,
+            role=body.role,
+            name=body.name,
+            created_at=utcnow_py(),
+        )
+        session.add(tok)
+        session.flush()
+        return TokenCreated(id=tok.id, token=plaintext, team=tok.team, role=tok.role, name=tok.name)
+
+    return db.write(_issue)
+
+
+def list_tokens(session: Session, *, principal: Principal) -> TokensPage:
+    require_admin(principal)
+    rows = session.execute(select(Token).order_by(Token.created_at, Token.id)).scalars()
+    return TokensPage(data=[TokenRead.model_validate(t) for t in rows])
+
+
+def revoke_token(db: Database, *, principal: Principal, token_id: str) -> TokenRead:
+    require_admin(principal)
+
+    def _revoke(session: Session) -> TokenRead:
+        tok = session.get(Token, token_id)
+        if tok is None:
+            raise NotFound(f"token {token_id} not found")
+        if tok.revoked_at is None:
+            tok.revoked_at = utcnow_py()
+            session.flush()
+        return TokenRead.model_validate(tok)
+
+    return db.write(_revoke)

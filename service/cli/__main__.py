@@ -1,5 +1,0 @@
-"""``python -m service.cli`` == ``shunter``."""
-
-from service.cli import main
-
-main()

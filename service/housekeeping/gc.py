@@ -1,0 +1,62 @@
+"""``gc``: delete every finished job past retention (``retention.expired``), each through
+``jobs.delete.delete_job`` (rows, storage, one audit row per job). ``dry_run`` lists them
+and deletes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+
+from service.accounts.auth import Principal, require_admin
+from service.db.engine import Database
+from service.db.models import Job
+from service.errors import Conflict, NotFound
+from service.housekeeping.retention import JobAge, expired
+from service.jobs.delete import delete_job
+
+__all__ = ["GcResult", "run_gc"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GcResult:
+    job_ids: list[str]  # past retention (deleted unless dry_run)
+    deleted: list[str]
+    dry_run: bool
+
+
+def run_gc(
+    db: Database,
+    *,
+    principal: Principal,
+    storage: str,
+    older_than: timedelta,
+    dry_run: bool,
+    now: datetime | None = None,
+) -> GcResult:
+    require_admin(principal)
+    now = now or datetime.now(UTC)
+    rows = db.read(
+        lambda s: s.execute(
+            select(Job.id, Job.status, Job.finished_at).where(Job.finished_at.is_not(None))
+        ).all()
+    )
+    ages = [JobAge(r.id, r.status, _utc(r.finished_at)) for r in rows]
+    ids = expired(ages, now=now, older_than=older_than)
+    deleted: list[str] = []
+    if not dry_run:
+        for job_id in ids:
+            try:
+                delete_job(db, principal=principal, job_id=job_id, storage=storage, actor="gc")
+            except (Conflict, NotFound):
+                continue  # resumed or deleted since the read: not ours to take
+            deleted.append(job_id)
+    return GcResult(job_ids=ids, deleted=deleted, dry_run=dry_run)
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    # SQLite returns naive datetimes; they are UTC (service.db.models).
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value

@@ -1,0 +1,93 @@
+"""The one place errors become HTTP: ``{"detail": ..., "message": ...}`` for every 4xx/5xx;
+on the OpenAI-compatible routes (``OPENAI_PREFIXES``) OpenAI's shape instead:
+``{"error": {"message", "type", "param", "code"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from service.db.engine import is_retryable
+from service.errors import ServiceError, Unauthorized
+
+__all__ = ["OPENAI_PREFIXES", "install_error_handlers"]
+
+OPENAI_PREFIXES = ("/v1/files", "/v1/fine_tuning", "/v1/models")
+_OPENAI_TYPES = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    429: "rate_limit_error",
+}
+
+log = logging.getLogger(__name__)
+
+
+def _body(detail: Any, message: str) -> dict[str, Any]:
+    return {"detail": detail, "message": message}
+
+
+def _reply(
+    request: Request,
+    detail: Any,
+    message: str,
+    status: int,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    if not request.url.path.startswith(OPENAI_PREFIXES):
+        return JSONResponse(_body(detail, message), status, headers=headers)
+    # OpenAI's error object: `param` names the offending field when we know it.
+    first = detail[0] if isinstance(detail, list) and detail else None
+    param = first.get("loc") if isinstance(first, dict) else None
+    kind = "server_error" if status >= 500 else _OPENAI_TYPES.get(status, "invalid_request_error")
+    code = detail if isinstance(detail, str) else None
+    error = {"message": message, "type": kind, "param": param, "code": code}
+    return JSONResponse({"error": error}, status, headers=headers)
+
+
+def _loc(loc: Any) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header")]
+    return ".".join(parts) or "request"
+
+
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
+    return _reply(request, exc.detail, exc.message, exc.status_code, headers)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    detail = [{"loc": _loc(e.get("loc", ())), "msg": str(e.get("msg", ""))} for e in exc.errors()]
+    message = f"{detail[0]['loc']}: {detail[0]['msg']}" if detail else "invalid request"
+    return _reply(request, detail, message, 422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    headers = getattr(exc, "headers", None)
+    return _reply(request, exc.detail, str(exc.detail), exc.status_code, headers)
+
+
+async def _db_error(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, OperationalError)
+    if is_retryable(exc):  # contention outlasted every retry: tell the client to come back
+        return JSONResponse(
+            _body("busy", "the database is busy; retry shortly"), 503, headers={"Retry-After": "1"}
+        )
+    log.exception("database error", exc_info=exc)
+    return JSONResponse(_body("database_error", "database error"), 500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(OperationalError, _db_error)

@@ -1,0 +1,1 @@
+"""service.http.routes."""

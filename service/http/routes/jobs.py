@@ -1,0 +1,239 @@
+"""``/v1/jobs`` routes, ``/v1/queue`` and ``/v1/cluster``. Thin: parse, call the domain, return."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+
+from service.accounts.data_roots import roots_for
+from service.http import log_stream
+from service.http.deps import CurrentUser, Limit, StateDep
+from service.jobs import logs as job_logs_domain
+from service.jobs import preemption
+from service.jobs import queries as jobs
+from service.jobs.hub import policy_from_settings
+from service.jobs.queue_page import queue_page
+from service.jobs.submit import submit_job
+from service.schemas import (
+    CheckpointsPage,
+    ClusterRead,
+    ErrorBody,
+    EventsPage,
+    JobRead,
+    JobsPage,
+    LogsRead,
+    MetricsPage,
+    NodeRead,
+    QueuePage,
+)
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1", tags=["jobs"])
+_ERRORS: dict[int | str, dict[str, object]] = {
+    c: {"model": ErrorBody} for c in (400, 401, 403, 404, 409, 413, 422)
+}
+
+
+@router.post(
+    "/jobs",
+    status_code=201,
+    response_model=JobRead,
+    responses=_ERRORS,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"type": "object"}},
+                "application/yaml": {"schema": {"type": "string"}},
+            },
+        }
+    },
+)
+async def submit(
+    request: Request,
+    response: Response,
+    st: StateDep,
+    user: CurrentUser,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> JobRead:
+    """Submit a JobSpec (JSON, or YAML as ``application/yaml``). 201 new, 200 replay."""
+    raw = bytearray()
+    async for chunk in request.stream():  # the body limit middleware caps the total
+        raw += chunk
+    launcher = st.need_launcher()
+    cluster = await run_in_threadpool(launcher.cluster)
+    result = await run_in_threadpool(
+        lambda: submit_job(
+            st.db,
+            principal=user,
+            raw=bytes(raw),
+            content_type=request.headers.get("content-type"),
+            idempotency_key=idempotency_key,
+            data_roots=[
+                *st.settings.data_roots,
+                *st.db.read(lambda s: roots_for(s, team=user.team)),  # the team's own roots
+            ],
+            storage=st.settings.storage,
+            cluster=cluster,
+            ecosystem=policy_from_settings(st.settings),
+            allow_pickle_weights=st.settings.allow_pickle_weights,
+        )
+    )
+    response.status_code = 201 if result.created else 200
+    return result.job
+
+
+@router.get("/jobs", response_model=JobsPage, responses=_ERRORS)
+def list_jobs(
+    st: StateDep,
+    user: CurrentUser,
+    limit: Limit,
+    cursor: str | None = None,
+    status: Annotated[list[str] | None, Query()] = None,
+    name: str | None = None,
+    team: str | None = None,
+    include: Annotated[list[str] | None, Query(description="'spec' adds each job's spec")] = None,
+) -> JobsPage:
+    """Job summaries (no spec unless ``?include=spec``, then at most
+    ``SHUNTER_SPEC_PAGE_LIMIT_MAX`` per page)."""
+    statuses = [s for v in status or [] for s in v.split(",") if s]
+    with_spec = "spec" in {w for v in include or [] for w in v.split(",")}
+    if with_spec:
+        limit = min(limit, st.settings.spec_page_limit_max)
+    return st.db.read(
+        lambda s: jobs.list_jobs(
+            s,
+            principal=user,
+            limit=limit,
+            cursor=cursor,
+            status=statuses,
+            name=name,
+            team=team,
+            include_spec=with_spec,
+        )
+    )
+
+
+@router.get("/jobs/{job_id}", response_model=JobRead, responses=_ERRORS)
+def get_job(job_id: str, st: StateDep, user: CurrentUser) -> Response:
+    """The API's hottest call (clients poll it): one primary-key read, in the threadpool like
+    every database call. Serialised once (no second validation against ``response_model``)."""
+    job = st.db.read_core(lambda c: jobs.get_job(c, principal=user, job_id=job_id))
+    return Response(job.model_dump_json(), media_type="application/json")
+
+
+@router.post("/jobs/{job_id}/cancel", response_model=JobRead, responses=_ERRORS)
+def cancel_job(job_id: str, st: StateDep, user: CurrentUser) -> JobRead:
+    return jobs.cancel_job(st.db, principal=user, job_id=job_id, launcher=st.need_launcher())
+
+
+@router.post("/jobs/{job_id}/resume", response_model=JobRead, responses=_ERRORS)
+def resume_job(job_id: str, st: StateDep, user: CurrentUser) -> JobRead:
+    """failed, cancelled or paused -> queued, from the newest verified checkpoint."""
+    return jobs.resume_job(st.db, principal=user, job_id=job_id)
+
+
+@router.post("/jobs/{job_id}/pause", response_model=JobRead, responses=_ERRORS)
+def pause_job(job_id: str, st: StateDep, user: CurrentUser) -> JobRead:
+    """Checkpoint at the next step boundary and free the resources; ``paused`` until resumed."""
+    return preemption.pause_job(st.db, principal=user, job_id=job_id)
+
+
+@router.get("/jobs/{job_id}/events", response_model=EventsPage, responses=_ERRORS)
+def list_events(
+    job_id: str, st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None
+) -> EventsPage:
+    return st.db.read(
+        lambda s: jobs.list_events(s, principal=user, job_id=job_id, limit=limit, cursor=cursor)
+    )
+
+
+@router.get("/jobs/{job_id}/metrics", response_model=MetricsPage, responses=_ERRORS)
+def list_metrics(
+    job_id: str,
+    st: StateDep,
+    user: CurrentUser,
+    limit: Limit,
+    cursor: str | None = None,
+    after: Annotated[int | None, Query(ge=0, description="a point id; newer points only")] = None,
+    name: Annotated[list[str] | None, Query()] = None,
+) -> MetricsPage:
+    names = [n for v in name or [] for n in v.split(",") if n]
+    return st.db.read(
+        lambda s: jobs.list_metrics(
+            s, principal=user, job_id=job_id, limit=limit, cursor=cursor, after=after, names=names
+        )
+    )
+
+
+@router.get("/jobs/{job_id}/checkpoints", response_model=CheckpointsPage, responses=_ERRORS)
+def list_checkpoints(
+    job_id: str, st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None
+) -> CheckpointsPage:
+    return st.db.read(
+        lambda s: jobs.list_checkpoints(
+            s, principal=user, job_id=job_id, limit=limit, cursor=cursor
+        )
+    )
+
+
+@router.get(
+    "/jobs/{job_id}/logs",
+    response_model=LogsRead,
+    responses={**_ERRORS, 200: {"content": {"text/event-stream": {}}}},
+)
+def job_logs(
+    job_id: str,
+    request: Request,
+    st: StateDep,
+    user: CurrentUser,
+    attempt: Annotated[int | None, Query(ge=1, description="default: the current one")] = None,
+    offset: Annotated[int | None, Query(ge=0, description="byte offset to read from")] = None,
+    limit: Annotated[int | None, Query(ge=1, description="bytes; clamped to the max page")] = None,
+    tail: Annotated[int | None, Query(ge=1, description="the last N bytes instead")] = None,
+    follow: bool = False,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> Response:
+    """An attempt's output by byte range (``next_offset`` reads on), its tail, or, with
+    ``follow=true``, streamed over SSE from ``offset`` (or ``Last-Event-ID``)."""
+    page_max = st.settings.log_page_max_bytes
+    if follow:
+        st.db.read(lambda s: jobs.visible_job(s, principal=user, job_id=job_id))
+        resume = (last_event_id or "").strip()
+        start = int(resume) if resume.isdigit() else offset or 0
+        return StreamingResponse(
+            log_stream.follow(request, st, user, job_id, attempt, start),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+    store, size = job_logs_domain.store_for(st.settings), min(limit or page_max, page_max)
+    page = st.db.read(
+        lambda s: job_logs_domain.read_logs(
+            s, store, principal=user, job_id=job_id, attempt=attempt, offset=offset,
+            limit=size, tail=tail, launcher=st.launcher,
+        )
+    )  # fmt: skip
+    return Response(page.model_dump_json(), media_type="application/json")
+
+
+@router.get("/queue", response_model=QueuePage, responses=_ERRORS)
+def queue(st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None) -> QueuePage:
+    """The queue as the scheduler's last tick planned it (stored positions and reasons), a
+    page at a time; other teams' jobs are anonymous capacity for a member."""
+    return st.db.read(lambda s: queue_page(s, principal=user, limit=limit, cursor=cursor))
+
+
+@router.get("/cluster", response_model=ClusterRead, responses=_ERRORS)
+def cluster(st: StateDep, _user: CurrentUser) -> ClusterRead:
+    c = st.need_launcher().cluster()
+    return ClusterRead(
+        nodes=[NodeRead.model_validate(n, from_attributes=True) for n in c.nodes],
+        total_cpus=c.total_cpus,
+        free_cpus=c.free_cpus,
+        total_gpus=c.total_gpus,
+        free_gpus=c.free_gpus,
+    )

@@ -1,0 +1,1 @@
+"""service.jobs.queries."""

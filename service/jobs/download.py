@@ -1,0 +1,73 @@
+"""Downloading a job's model: the final (or best) model directory as a tar stream.
+
+What can be downloaded is what the trainer wrote in the Hugging Face layout: the final
+model (``config.json``, safetensors weights, tokenizer files; a LoRA job's PEFT adapter,
+``adapter_config.json`` + ``adapter_model.safetensors``, unless merged on save). ``best`` is
+the final model of a job run with ``load_best_model_at_end`` (which restores the best
+checkpoint before saving it). Step checkpoints are in the training engine's own format
+(sharded state, optimizer), which is for resuming, not for loading; asking for one is a 409
+that says so. The stream is built file by file (no temporary archive, no whole file in
+memory): POSIX tar headers, the bytes, padding to 512, two zero blocks.
+"""
+
+from __future__ import annotations
+
+import tarfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from service.accounts.auth import Principal
+from service.errors import Conflict
+from service.jobs.queries import visible_job
+
+__all__ = ["model_dir", "tar_stream"]
+
+_CHUNK = 1024 * 1024
+_BLOCK = 512
+
+
+def model_dir(session: Session, *, principal: Principal, job_id: str, which: str) -> Path:
+    """The directory to send for ``which`` (``final`` or ``best``), or ``Conflict`` saying
+    why there is none."""
+    job = visible_job(session, principal=principal, job_id=job_id)
+    if which not in ("final", "best"):
+        raise Conflict(
+            f"checkpoint {which!r} is a training checkpoint in the engine's format (for "
+            "resuming), not a model; download 'final', or 'best' from a job run with "
+            "load_best_model_at_end: true"
+        )
+    if which == "best" and not (job.spec.get("training") or {}).get("load_best_model_at_end"):
+        raise Conflict(
+            f"job {job_id} did not run with load_best_model_at_end, so its final model is "
+            "not the best one; download 'final'"
+        )
+    uri = job.final_model_uri
+    if uri is None:
+        raise Conflict(f"job {job_id} has no final model (status {job.status})")
+    if "://" in uri:
+        raise Conflict(f"job {job_id}'s model is in object storage ({uri}); fetch it there")
+    path = Path(uri)
+    if not path.is_dir():
+        raise Conflict(f"job {job_id}'s model directory {uri} is gone (deleted by retention?)")
+    return path
+
+
+def tar_stream(directory: Path, prefix: str) -> Iterator[bytes]:
+    """An uncompressed tar of ``directory``'s regular files under ``prefix/``."""
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
+        info = tarfile.TarInfo(f"{prefix}/{path.relative_to(directory).as_posix()}")
+        stat = path.stat()
+        info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        sent = 0
+        with path.open("rb") as f:
+            while chunk := f.read(_CHUNK):
+                sent += len(chunk)
+                yield chunk
+        if sent != info.size:  # the file changed under us: a corrupt archive is worse
+            raise RuntimeError(f"{path} changed size while being sent")
+        if pad := (-sent) % _BLOCK:
+            yield b"\0" * pad
+    yield b"\0" * (2 * _BLOCK)

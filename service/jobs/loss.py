@@ -1,0 +1,155 @@
+"""THE attempt-loss policy: what happens to a job when its active attempt is lost.
+
+An attempt is lost when its lease expired on the database clock (the scheduler's reaper), its
+driver ended without a final report (reconcile against the launcher), or the launcher refused
+to start it. All three go through ``lose_attempt``:
+
+1. one conditional UPDATE marks the attempt ``lost``: it must still be the job's active attempt
+   with that number, and for ``LEASE_EXPIRED`` its lease must still be expired on the database
+   clock (a driver that heartbeated meanwhile is spared). ``None`` when nothing matched;
+2. ``decide_after_loss`` (pure, table-tested) picks the job's next status;
+3. ``transition`` moves the job, with one message format for every cause.
+
+Callers write the database first and stop the launcher after, so a driver that renewed its
+lease in between is never stopped.
+
+To add a cause (e.g. ``PREEMPTED``): add the enum value, its wording in ``_WHAT`` and whether
+it uses up an infra retry in ``COUNTS_AS_INFRA_RETRY``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from service.db.models import ACTIVE, Attempt, Job
+from service.db.sqltime import utcnow
+from service.jobs.queries import newest_verified_checkpoint
+from service.jobs.read_model import first_queue_position
+from service.jobs.states import ErrorInfo, JobStatus, transition
+
+__all__ = [
+    "COUNTS_AS_INFRA_RETRY",
+    "LossCause",
+    "LossDecision",
+    "decide_after_loss",
+    "lose_attempt",
+]
+
+S = JobStatus
+
+
+class LossCause(enum.StrEnum):
+    LEASE_EXPIRED = "lease_expired"
+    DRIVER_ENDED = "driver_ended"
+    LAUNCH_FAILED = "launch_failed"
+
+
+_WHAT: Mapping[LossCause, str] = {
+    LossCause.LEASE_EXPIRED: "lease expired",
+    LossCause.DRIVER_ENDED: "driver ended without a final report",
+    LossCause.LAUNCH_FAILED: "launch failed",
+}
+
+# Whether a loss of this cause uses up one of the job's ``max_infra_retries``.
+COUNTS_AS_INFRA_RETRY: Mapping[LossCause, bool] = {
+    LossCause.LEASE_EXPIRED: True,
+    LossCause.DRIVER_ENDED: True,
+    LossCause.LAUNCH_FAILED: True,
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossDecision:
+    to: JobStatus
+    error: ErrorInfo | None
+    message: str
+    infra_retries: int  # the job's count after this loss
+
+
+def decide_after_loss(
+    *, status: JobStatus, cause: LossCause, infra_retries: int, max_infra_retries: int
+) -> LossDecision:
+    """Next status of a job whose active attempt was lost. Pure; table-tested."""
+    if status == S.CANCELLING:
+        return LossDecision(
+            to=S.CANCELLED,
+            error=ErrorInfo(type="cancelled", message="cancelled by user"),
+            message="attempt lost while cancelling",
+            infra_retries=infra_retries,
+        )
+    counts = COUNTS_AS_INFRA_RETRY[cause]
+    if not counts or infra_retries < max_infra_retries:
+        used = infra_retries + 1 if counts else infra_retries
+        budget = f" ({used}/{max_infra_retries} infra retries)" if counts else ""
+        return LossDecision(
+            to=S.QUEUED, error=None, message=f"requeued{budget}", infra_retries=used
+        )
+    msg = f"{max_infra_retries} infra retries used up"
+    return LossDecision(
+        to=S.FAILED,
+        error=ErrorInfo(type="retries_exhausted", message=msg),
+        message=msg,
+        infra_retries=infra_retries,
+    )
+
+
+def lose_attempt(
+    session: Session,
+    *,
+    job_id: str,
+    attempt: int,
+    cause: LossCause,
+    detail: str = "",
+    max_infra_retries: int,
+) -> Job | None:
+    """Mark ``attempt`` of ``job_id`` lost and requeue / fail / finish-cancel the job.
+
+    Returns the moved job, or ``None`` when the attempt is no longer the active one (it
+    reported, was reaped already) or, for ``LEASE_EXPIRED``, when its lease was renewed.
+    """
+    reason = _WHAT[cause] + (f": {detail}" if detail else "")
+    where = [Attempt.job_id == job_id, Attempt.number == attempt, Attempt.status == ACTIVE]
+    if cause == LossCause.LEASE_EXPIRED:
+        where.append(Attempt.lease_expires_at < utcnow())
+    lost = session.execute(
+        update(Attempt)
+        .where(*where)
+        .values(status="lost", ended_at=utcnow(), end_reason=reason)
+        .returning(Attempt.id)
+        .execution_options(synchronize_session=False)
+    ).scalar_one_or_none()
+    if lost is None:
+        return None
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    decision = decide_after_loss(
+        status=JobStatus(job.status),
+        cause=cause,
+        infra_retries=job.infra_retries,
+        max_infra_retries=max_infra_retries,
+    )
+    values: dict[str, Any] = {"infra_retries": decision.infra_retries}
+    if decision.to == S.QUEUED:
+        values["resume_from"] = newest_verified_checkpoint(session, job_id=job_id)
+        values["pending_reason"] = f"requeued after attempt {attempt} was lost ({_WHAT[cause]})"
+        values["queue_position"] = first_queue_position(
+            session, job_id=job_id, priority=job.priority
+        )
+    error = decision.error
+    if error is not None and decision.to == S.FAILED:
+        error = ErrorInfo(type=error.type, message=f"{error.message}; last: {reason}")
+    return transition(
+        session,
+        job_id=job_id,
+        to=decision.to,
+        event_type="attempt_lost",
+        message=f"attempt {attempt} lost ({reason}); {decision.message}",
+        error=error,
+        values=values,
+    )

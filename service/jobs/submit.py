@@ -1,0 +1,252 @@
+"""Submitting a job: parse -> validate -> fit checks -> one transaction (job + event + key).
+
+Idempotency: ``Idempotency-Key`` is unique per (team, key) in the database. A retry with the
+same key and the same body (SHA-256 of the canonical JSON of the parsed document, so JSON and
+YAML of one spec match) gets the same job back; another body gets 422. Two concurrent first
+tries both pass the "no such key" read on PostgreSQL; one commit then hits the unique
+constraint, rolls back, and its re-run finds the winner's row — never a second job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from service.accounts.auth import Principal, require_writer
+from service.db.engine import Database
+from service.db.models import Event, IdempotencyKey, Job, Team
+from service.errors import (
+    BadRequest,
+    Forbidden,
+    PayloadTooLarge,
+    Unprocessable,
+    UnsupportedMediaType,
+)
+from service.jobs.admission import resource_errors, validate_spec
+from service.jobs.hub import EcosystemPolicy, ecosystem_errors
+from service.jobs.init_from import resolve_init_from
+from service.jobs.read_model import first_queue_position, job_read
+from service.launch import ClusterResources
+from service.schemas import JobRead
+from shunter.jobspec import SpecError, format_spec_errors
+from shunter.jobspec.errors import FieldError
+from shunter.jobspec.parse import BodyError, parse_body
+from shunter.jobspec.vocab import PRIORITY_RANK
+
+__all__ = ["SubmitResult", "body_sha256", "new_job_id", "submit_job"]
+
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_IDEMPOTENCY_KEY_MAX = 255
+_CURL_DEFAULT = "application/x-www-form-urlencoded"
+
+
+def new_job_id() -> str:
+    """``job-`` + 48-bit millisecond time + 80 random bits, Crockford base32: sorts by time."""
+    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
+    chars = []
+    for _ in range(26):
+        value, rem = divmod(value, 32)
+        chars.append(_CROCKFORD[rem])
+    return "job-" + "".join(reversed(chars))
+
+
+def body_sha256(document: Any) -> str:
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitResult:
+    job: JobRead
+    created: bool  # False = an idempotent replay
+
+
+def _spec_error(errors: list[FieldError]) -> Unprocessable:
+    body = format_spec_errors(errors)
+    return Unprocessable(body["message"], detail=body["detail"])
+
+
+def _validated(
+    document: Any,
+    *,
+    data_roots: list[Path],
+    cluster: ClusterResources,
+    allow_pickle_weights: bool = False,
+    ecosystem: EcosystemPolicy | None = None,
+) -> dict[str, Any]:
+    try:
+        spec = validate_spec(
+            document, data_roots=data_roots, allow_pickle_weights=allow_pickle_weights
+        )
+    except SpecError as exc:
+        raise _spec_error(exc.errors) from None
+    nodes = [(n.total_cpus, n.total_gpus) for n in cluster.nodes if n.alive]
+    errors = resource_errors(spec, nodes=nodes)
+    if ecosystem is not None:  # hub ids, report_to: what this server can reach
+        errors += ecosystem_errors(spec, policy=ecosystem)
+    if errors:
+        raise _spec_error(errors)
+    resolved: dict[str, Any] = spec.model_dump(mode="json")
+    return resolved
+
+
+def _quota_errors(session: Session, team: str, resolved: dict[str, Any]) -> list[FieldError]:
+    """A job bigger than its team's whole quota could never start."""
+    row = session.get(Team, team)
+    if row is None:
+        return [FieldError("team", f"team {team!r} does not exist")]
+    r = resolved["resources"]
+    gpus = r["num_workers"] * r["gpus_per_worker"]
+    cpus = r["num_workers"] * r["cpus_per_worker"]
+    out = []
+    if row.max_gpus is not None and gpus > row.max_gpus:
+        out.append(FieldError("resources", f"needs {gpus:g} GPUs; team quota is {row.max_gpus:g}"))
+    if row.max_cpus is not None and cpus > row.max_cpus:
+        out.append(FieldError("resources", f"needs {cpus:g} CPUs; team quota is {row.max_cpus:g}"))
+    if row.max_running_jobs == 0:
+        out.append(FieldError("team", f"team {team!r} may run no jobs (max_running_jobs 0)"))
+    return out
+
+
+def _check_priority(session: Session, *, principal: Principal, priority: str) -> None:
+    """A member may not submit above its team's ``max_priority`` (admins may)."""
+    team = session.get(Team, principal.team)
+    if principal.is_admin or team is None:
+        return
+    if PRIORITY_RANK.get(priority, 1) < PRIORITY_RANK.get(team.max_priority, 1):
+        raise Forbidden(
+            f"priority: {priority!r} is above team {team.name!r}'s max_priority "
+            f"{team.max_priority!r}; submit at {team.max_priority!r} or lower, or ask an admin "
+            f"to raise it (PATCH /v1/teams/{team.name})"
+        )
+
+
+def _write(
+    session: Session,
+    *,
+    principal: Principal,
+    resolved: dict[str, Any],
+    storage: str,
+    key: str | None,
+    digest: str,
+) -> SubmitResult:
+    if key is not None:
+        hit = session.execute(
+            select(IdempotencyKey).where(
+                IdempotencyKey.team == principal.team, IdempotencyKey.key == key
+            )
+        ).scalar_one_or_none()
+        if hit is not None:
+            if hit.body_sha256 != digest:
+                raise Unprocessable(
+                    "Idempotency-Key: this key was already used with a different body",
+                    detail="idempotency_key_reused",
+                )
+            job = session.get(Job, hit.job_id)
+            assert job is not None
+            return SubmitResult(job=job_read(job), created=False)
+    _check_priority(session, principal=principal, priority=resolved.get("priority", "normal"))
+    errors = _quota_errors(session, principal.team, resolved)
+    if errors:
+        raise _spec_error(errors)
+    try:  # model.init_from names a checkpoint of one of the team's jobs: find its directory
+        resolved = resolve_init_from(session, team=principal.team, spec=resolved)
+    except SpecError as exc:
+        raise _spec_error(exc.errors) from None
+    job_id = new_job_id()
+    spec = {**resolved, "training": {**resolved["training"], "output_dir": f"{storage}/{job_id}"}}
+    res = spec["resources"]
+    priority = spec.get("priority", "normal")
+    job = Job(
+        id=job_id,
+        team=principal.team,
+        name=spec["name"],
+        status="queued",
+        priority=priority,
+        spec=spec,
+        created_by=principal.name,
+        num_workers=res["num_workers"],
+        cpus_per_worker=res["cpus_per_worker"],
+        gpus_per_worker=res["gpus_per_worker"],
+        pending_reason="waiting for the scheduler",
+        queue_position=first_queue_position(session, job_id=job_id, priority=priority),
+    )
+    session.add(job)
+    session.flush()
+    session.add(
+        Event(
+            job_id=job_id,
+            to_status="queued",
+            type="submitted",
+            message=f"submitted by {principal.name}",
+        )
+    )
+    if key is not None:
+        session.add(IdempotencyKey(team=principal.team, key=key, body_sha256=digest, job_id=job_id))
+    session.flush()
+    return SubmitResult(job=job_read(job), created=True)
+
+
+def submit_job(
+    db: Database,
+    *,
+    principal: Principal,
+    raw: bytes,
+    content_type: str | None,
+    idempotency_key: str | None,
+    data_roots: list[Path],
+    storage: str,
+    cluster: ClusterResources,
+    allow_pickle_weights: bool = False,
+    ecosystem: EcosystemPolicy | None = None,
+) -> SubmitResult:
+    """Validate completely, then store the job in one transaction. Nothing is written on 4xx."""
+    require_writer(principal)
+    if idempotency_key is not None:
+        idempotency_key = idempotency_key.strip()
+        if not idempotency_key or len(idempotency_key) > _IDEMPOTENCY_KEY_MAX:
+            raise BadRequest("Idempotency-Key: must be 1-255 characters", detail="bad_header")
+    if content_type and content_type.split(";")[0].strip().lower() == _CURL_DEFAULT:
+        # ``curl -d @spec.json`` labels JSON as a form; no form is ever a valid spec.
+        content_type = "application/json"
+    try:
+        document = parse_body(raw, content_type)
+    except BodyError as exc:
+        kind = {413: PayloadTooLarge, 415: UnsupportedMediaType, 422: Unprocessable}.get(
+            exc.status, BadRequest
+        )
+        raise kind(f"body: {exc.message}", detail="bad_body") from None
+    resolved = _validated(
+        document,
+        data_roots=data_roots,
+        cluster=cluster,
+        allow_pickle_weights=allow_pickle_weights,
+        ecosystem=ecosystem,
+    )
+    digest = body_sha256(document)
+    for attempt in range(3):
+        try:
+            return db.write(
+                lambda s: _write(
+                    s,
+                    principal=principal,
+                    resolved=resolved,
+                    storage=storage,
+                    key=idempotency_key,
+                    digest=digest,
+                )
+            )
+        except IntegrityError:
+            # Lost the (team, key) race: the re-run replays the winner's job.
+            if idempotency_key is None or attempt == 2:
+                raise
+    raise AssertionError("unreachable")

@@ -1,0 +1,163 @@
+"""The seam between the service and whatever runs jobs (Ray in production).
+
+The service never imports Ray. The scheduler talks to a ``Launcher``; the real one lives in
+``worker.ray_launcher`` and is loaded by dotted path from ``Settings.launcher`` (default
+``worker.ray_launcher:from_settings``), so the import direction stays service -> nothing of ours.
+``InMemoryLauncher`` is a real small implementation for tests of the service alone.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+__all__ = [
+    "ClusterResources",
+    "InMemoryLauncher",
+    "LaunchRequest",
+    "LaunchState",
+    "LaunchStatus",
+    "Launcher",
+    "NodeResources",
+    "load_launcher",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeResources:
+    node_id: str
+    address: str
+    alive: bool
+    total_cpus: float
+    free_cpus: float
+    total_gpus: float
+    free_gpus: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterResources:
+    nodes: list[NodeResources]
+
+    @property
+    def total_cpus(self) -> float:
+        return sum(n.total_cpus for n in self.nodes if n.alive)
+
+    @property
+    def free_cpus(self) -> float:
+        return sum(n.free_cpus for n in self.nodes if n.alive)
+
+    @property
+    def total_gpus(self) -> float:
+        return sum(n.total_gpus for n in self.nodes if n.alive)
+
+    @property
+    def free_gpus(self) -> float:
+        return sum(n.free_gpus for n in self.nodes if n.alive)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    """Everything the launcher needs to start one attempt of one job.
+
+    The driver gets these as environment variables (never as a shell string) and fetches
+    the resolved spec from ``GET /v1/internal/jobs/{job_id}/attempts/{attempt}/spec``.
+    """
+
+    submission_id: str  # f"{job_id}-{attempt}"
+    job_id: str
+    attempt: int
+    api_url: str  # where the driver reaches the internal API
+    attempt_token: str  # plaintext; the service stores only its hash
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+
+class LaunchState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    UNKNOWN = "unknown"  # the launcher has no record of this submission id
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchStatus:
+    state: LaunchState
+    message: str = ""
+
+
+class Launcher(Protocol):
+    def cluster(self) -> ClusterResources: ...
+    def submit(self, req: LaunchRequest) -> None: ...
+    def status(self, submission_id: str) -> LaunchStatus: ...
+    def stop(self, submission_id: str) -> None: ...
+    def logs(self, submission_id: str, tail: int | None = None) -> str: ...
+    def close(self) -> None: ...
+
+
+@dataclass(kw_only=True)
+class InMemoryLauncher:
+    """A launcher that runs nothing: submissions are recorded and their state is set by tests."""
+
+    nodes: list[NodeResources] = field(
+        default_factory=lambda: [
+            NodeResources(
+                node_id="local",
+                address="127.0.0.1",
+                alive=True,
+                total_cpus=8,
+                free_cpus=8,
+                total_gpus=0,
+                free_gpus=0,
+            )
+        ]
+    )
+    submitted: dict[str, LaunchRequest] = field(default_factory=dict)
+    states: dict[str, LaunchStatus] = field(default_factory=dict)
+    log_text: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def cluster(self) -> ClusterResources:
+        return ClusterResources(nodes=list(self.nodes))
+
+    def submit(self, req: LaunchRequest) -> None:
+        with self._lock:
+            if req.submission_id in self.submitted:
+                raise RuntimeError(f"submission {req.submission_id} already exists")
+            self.submitted[req.submission_id] = req
+            self.states[req.submission_id] = LaunchStatus(state=LaunchState.PENDING)
+
+    def status(self, submission_id: str) -> LaunchStatus:
+        return self.states.get(submission_id, LaunchStatus(state=LaunchState.UNKNOWN))
+
+    def stop(self, submission_id: str) -> None:
+        with self._lock:
+            if submission_id in self.states:
+                self.states[submission_id] = LaunchStatus(state=LaunchState.STOPPED)
+
+    def logs(self, submission_id: str, tail: int | None = None) -> str:
+        lines = self.log_text.get(submission_id, "").splitlines()
+        if tail is not None:
+            lines = lines[-tail:] if tail > 0 else []
+        return "\n".join(lines)
+
+    def close(self) -> None:
+        return None
+
+
+def load_launcher(dotted: str, settings: Any) -> Launcher:
+    """Load ``module:factory`` and call ``factory(settings)``.
+
+    ``memory`` is a shortcut for :class:`InMemoryLauncher` (tests, or serving without Ray).
+    """
+    if dotted == "memory":
+        return InMemoryLauncher()
+    module_name, _, attr = dotted.partition(":")
+    factory = getattr(importlib.import_module(module_name), attr)
+    launcher: Launcher = factory(settings)
+    return launcher

@@ -1,0 +1,215 @@
+"""Uploaded files (OpenAI's ``/v1/files``): validate, store under storage, list, delete.
+
+A file belongs to its team (another team's file is ``NotFound``). Only ``purpose:
+fine-tune`` is accepted; its content must be JSONL in the chat format, one
+``{"messages": [{"role", "content"}, ...]}`` object per line with at least one assistant
+message. Every problem is reported with its line number, and nothing is stored unless the
+whole file is valid. Bytes go to ``<storage>/files/<team>/<id>.jsonl`` (a local storage
+path; an object-store URI is refused with a clear error).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from service.accounts.auth import Principal, require_writer
+from service.db.engine import Database
+from service.db.models import File, FineTuningJob
+from service.errors import NotFound, Unprocessable
+
+__all__ = [
+    "ROLES",
+    "FileInfo",
+    "create_file",
+    "delete_file",
+    "file_path",
+    "files_root",
+    "get_file",
+    "list_files",
+    "validate_chat_jsonl",
+]
+
+ROLES = ("system", "user", "assistant", "developer", "tool")
+_MAX_REPORTED = 5  # line errors in one message
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileInfo:
+    id: str
+    filename: str
+    purpose: str
+    bytes: int
+    lines: int
+    created_at: int  # unix seconds
+
+
+def files_root(storage: str) -> Path:
+    if "://" in storage:
+        raise Unprocessable(
+            f"file uploads need a local SHUNTER_STORAGE path; {storage!r} is an object store"
+        )
+    return Path(storage) / "files"
+
+
+def new_file_id() -> str:
+    return f"file-{int(time.time() * 1000):012x}{secrets.token_hex(6)}"
+
+
+def _line_problem(obj: Any) -> str | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("messages"), list):
+        return 'expected an object {"messages": [...]} (the chat format)'
+    messages = obj["messages"]
+    if not messages:
+        return "messages is empty"
+    for j, m in enumerate(messages):
+        if not isinstance(m, dict) or m.get("role") not in ROLES:
+            return f"messages[{j}].role must be one of {', '.join(ROLES)}"
+        if not isinstance(m.get("content"), str):
+            return f"messages[{j}].content must be a string"
+        if m.get("weight") not in (None, 0, 1):
+            return f"messages[{j}].weight must be 0 or 1"
+    if not any(m["role"] == "assistant" for m in messages):
+        return "no assistant message: nothing to train on"
+    return None
+
+
+def validate_chat_jsonl(content: bytes) -> int:
+    """The number of examples, or ``Unprocessable`` naming the bad lines."""
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Unprocessable(f"file: not UTF-8 (byte {exc.start})", detail="invalid_file") from None
+    problems: list[str] = []
+    count = 0
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        count += 1
+        try:
+            problem = _line_problem(json.loads(line))
+        except json.JSONDecodeError as exc:
+            problem = f"not JSON ({exc.msg})"
+        if problem is not None:
+            problems.append(f"line {number}: {problem}")
+    if problems:
+        more = len(problems) - _MAX_REPORTED
+        tail = f"; and {more} more" if more > 0 else ""
+        raise Unprocessable(
+            "file: " + "; ".join(problems[:_MAX_REPORTED]) + tail, detail="invalid_file"
+        )
+    if count == 0:
+        raise Unprocessable("file: no examples (empty JSONL)", detail="invalid_file")
+    return count
+
+
+def _info(row: File) -> FileInfo:
+    return FileInfo(
+        id=row.id,
+        filename=row.filename,
+        purpose=row.purpose,
+        bytes=row.bytes,
+        lines=row.lines,
+        created_at=int(row.created_at.timestamp()),
+    )
+
+
+def create_file(
+    db: Database,
+    *,
+    principal: Principal,
+    filename: str,
+    purpose: str,
+    content: bytes,
+    storage: str,
+) -> FileInfo:
+    require_writer(principal)
+    if purpose != "fine-tune":
+        raise Unprocessable(f"purpose: only 'fine-tune' is supported, not {purpose!r}")
+    lines = validate_chat_jsonl(content)
+    file_id = new_file_id()
+    target = files_root(storage) / principal.team / f"{file_id}.jsonl"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(".tmp")
+    tmp.write_bytes(content)
+    os.replace(tmp, target)  # a reader never sees half a file
+
+    def _write(session: Session) -> FileInfo:
+        row = File(
+            id=file_id,
+            team=principal.team,
+            filename=(filename or "upload.jsonl")[:255],
+            purpose=purpose,
+            bytes=len(content),
+            lines=lines,
+            path=str(target),
+            created_by=principal.name,
+        )
+        session.add(row)
+        session.flush()
+        return _info(row)
+
+    try:
+        return db.write(_write)
+    except Exception:
+        target.unlink(missing_ok=True)
+        raise
+
+
+def _visible(session: Session, principal: Principal, file_id: str) -> File:
+    row = session.get(File, file_id)
+    if row is None or not principal.sees_team(row.team):
+        raise NotFound(f"file {file_id} not found")
+    return row
+
+
+def get_file(session: Session, *, principal: Principal, file_id: str) -> FileInfo:
+    return _info(_visible(session, principal, file_id))
+
+
+def file_path(session: Session, *, principal: Principal, file_id: str) -> str:
+    """Where a visible file's bytes are (for the job spec)."""
+    return _visible(session, principal, file_id).path
+
+
+def list_files(
+    session: Session,
+    *,
+    principal: Principal,
+    limit: int,
+    after: str | None = None,
+    purpose: str | None = None,
+) -> tuple[list[FileInfo], bool]:
+    """The team's files, newest first; ``after``: a file id (the next page is older)."""
+    q = select(File).where(File.team == principal.team).order_by(File.id.desc())
+    if after is not None:
+        q = q.where(File.id < after)
+    if purpose is not None:
+        q = q.where(File.purpose == purpose)
+    rows = list(session.execute(q.limit(limit + 1)).scalars())
+    return [_info(r) for r in rows[:limit]], len(rows) > limit
+
+
+def delete_file(db: Database, *, principal: Principal, file_id: str) -> str:
+    require_writer(principal)
+
+    def _delete(session: Session) -> str | None:
+        row = _visible(session, principal, file_id)
+        ft = FineTuningJob
+        uses = or_(ft.training_file == file_id, ft.validation_file == file_id)
+        used = session.execute(select(ft.job_id).where(uses).limit(1)).first()
+        session.delete(row)
+        return None if used else row.path  # a job's data stays readable (and resumable)
+
+    path = db.write(_delete)
+    if path is not None:
+        Path(path).unlink(missing_ok=True)
+    return file_id

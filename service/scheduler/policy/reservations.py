@@ -1,0 +1,82 @@
+"""EASY backfill: the first job in policy order that does not fit gets a reservation.
+
+The reservation's start is the earliest time the job fits once running jobs end at their
+expected ends (``ActiveJob.expected_end_at``: ETA from the step rate, bounded by
+max_runtime). A job behind it may start now (backfill) only if it ends before that start by
+its own bound (the rest of its max_runtime), or if the reserved job still fits at that start
+with the backfilled job still running (it uses capacity the reservation does not need).
+When some running job has no known end, the reservation has no start (``start_at`` None)
+and backfill is not held back: idle capacity is lent.
+
+Where a running job sits is not known to the policy (Ray places the workers), so capacity
+at a future time is the node totals minus our own packing of the jobs still running then,
+the packing ``capacity.free_now`` uses. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from service.scheduler.policy.capacity import NodeFree, place_gang, take
+from service.scheduler.policy.snapshot import QueueEntry
+
+__all__ = ["Holder", "Reservation", "free_at", "may_backfill", "reserve"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Holder:
+    """A job holding capacity until ``end_at`` (None = unknown)."""
+
+    entry: QueueEntry
+    end_at: datetime | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reservation:
+    entry: QueueEntry
+    start_at: datetime | None  # None = cannot be bounded yet (a holder has no known end)
+    holders_ending: int  # running jobs that end before it starts
+
+
+def free_at(totals: Sequence[NodeFree], holders: Sequence[Holder], t: datetime) -> list[NodeFree]:
+    """Capacity at time ``t``: totals minus the packing of holders still running then."""
+    free = list(totals)
+    for h in holders:
+        if h.end_at is not None and h.end_at <= t:
+            continue
+        placement = place_gang(h.entry, free)
+        if placement is not None:
+            free = take(free, placement, h.entry)
+    return free
+
+
+def reserve(
+    entry: QueueEntry, *, now: datetime, totals: Sequence[NodeFree], holders: Sequence[Holder]
+) -> Reservation:
+    """The earliest holder end at which ``entry`` fits (never ``now``: it does not fit now)."""
+    ends = sorted({h.end_at for h in holders if h.end_at is not None and h.end_at > now})
+    for t in ends:
+        if place_gang(entry, free_at(totals, holders, t)) is not None:
+            ending = sum(1 for h in holders if h.end_at is not None and h.end_at <= t)
+            return Reservation(entry=entry, start_at=t, holders_ending=ending)
+    return Reservation(entry=entry, start_at=None, holders_ending=0)
+
+
+def may_backfill(
+    candidate: QueueEntry,
+    *,
+    end_at: datetime | None,
+    reservation: Reservation,
+    totals: Sequence[NodeFree],
+    holders: Sequence[Holder],
+) -> bool:
+    """May ``candidate`` (which fits now, bound ``end_at``) start ahead of the reservation?"""
+    start = reservation.start_at
+    if start is None:
+        return True
+    if end_at is not None and end_at <= start:
+        return True
+    after = free_at(totals, [*holders, Holder(entry=candidate, end_at=end_at)], start)
+    return place_gang(reservation.entry, after) is not None

@@ -1,0 +1,108 @@
+"""What the scheduling policy sees: one immutable snapshot of the cluster, queue and teams.
+
+Built by ``service.scheduler.snapshot`` from the database and the launcher for the live loop,
+and by ``service.scheduler.sim`` from a trace on a virtual clock; ``policy.plan`` reads only
+this. Times are timezone-aware datetimes; ``Snapshot.now`` is the only clock the policy has.
+Resources: CPUs and GPUs as floats (Ray's units).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from service.scheduler.policy.capacity import NodeFree
+from shunter.jobspec.vocab import PRIORITY_RANK  # lower rank = more important
+
+__all__ = [
+    "PRIORITY_RANK",
+    "ActiveJob",
+    "NodeFree",
+    "QueueEntry",
+    "Snapshot",
+    "TeamQuota",
+    "TeamState",
+    "TeamUsage",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueEntry:
+    """A job as the policy sees it (queued or active)."""
+
+    job_id: str
+    team: str
+    priority: str
+    created_at: datetime
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    # When it last entered the queue (submit, resume or preemption); None = created_at.
+    queued_since: datetime | None = None
+    # The user's bound on run time across attempts (seconds), and run time already spent.
+    max_runtime_s: float | None = None
+    run_s: float = 0.0
+    preemptible: bool = True
+
+    @property
+    def cpus(self) -> float:
+        return self.num_workers * self.cpus_per_worker
+
+    @property
+    def gpus(self) -> float:
+        return self.num_workers * self.gpus_per_worker
+
+    @property
+    def waiting_since(self) -> datetime:
+        return self.queued_since or self.created_at
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActiveJob:
+    """A job holding resources now (claimed, running or cancelling)."""
+
+    entry: QueueEntry
+    started_at: datetime  # the current attempt's start
+    # When it is expected to end: step rate x remaining steps, bounded by max_runtime;
+    # None = unknown (no step rate yet and no max_runtime).
+    expected_end_at: datetime | None = None
+    # Asked to checkpoint and stop already: its resources free soon; never picked twice.
+    preempting: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamQuota:
+    """None = unlimited."""
+
+    max_gpus: float | None = None
+    max_cpus: float | None = None
+    max_running_jobs: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamUsage:
+    """What a team holds now."""
+
+    running_jobs: int = 0
+    cpus: float = 0.0
+    gpus: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamState:
+    weight: float = 1.0
+    quota: TeamQuota | None = None
+    # Exponentially decayed average of the team's dominant share of the cluster over its
+    # recent history (``policy.fairshare.decayed_share``), 0..1.
+    history_share: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Snapshot:
+    now: datetime
+    totals: list[NodeFree]  # alive nodes, their whole capacity
+    free: list[NodeFree]  # alive nodes, what is free now
+    queued: list[QueueEntry]
+    active: list[ActiveJob] = field(default_factory=list)
+    teams: Mapping[str, TeamState] = field(default_factory=dict)

@@ -1,0 +1,202 @@
+"""Simulator inputs: read cluster/teams/trace files, and generate synthetic traces.
+
+Formats (``docs/scheduling.md``):
+
+- cluster: ``{"nodes": [{"gpus": 8, "cpus": 64}, ...]}``
+- teams: ``{"team": {"weight": 2, "quota_gpus": 16, "max_priority": "high"}, ...}``
+- trace (JSONL), one job a line: ``{"id", "team", "submit_s", "num_workers",
+  "gpus_per_worker", "cpus_per_worker", "duration_s", "max_runtime_s", "priority",
+  "preemptible"}``
+
+Errors name the file, the line and the field. ``generate`` draws a trace shaped like the
+published Philly and Helios traces: heavy-tailed (log-normal) durations, mostly 1-GPU jobs,
+a few large gangs, submissions following a day/night cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from service.scheduler.sim import SimJob, SimTeam
+from shunter.jobspec.vocab import PRIORITY_RANK
+
+__all__ = ["TraceError", "generate", "load_cluster", "load_teams", "load_trace"]
+
+
+class TraceError(ValueError):
+    """A simulator input is malformed; the message names file, line and field."""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        raise TraceError(f"{path}: {e}") from None
+
+
+def _num(
+    where: str, obj: dict[str, Any], key: str, *, default: Any = ..., minimum: float = 0.0
+) -> Any:
+    value = obj.get(key, default)
+    if value is ...:
+        raise TraceError(f"{where}: {key} is required")
+    if value is None and default is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < minimum:
+        raise TraceError(f"{where}: {key} must be a number >= {minimum:g}, not {value!r}")
+    return value
+
+
+def load_cluster(path: Path) -> list[dict[str, float]]:
+    data = _read_json(path)
+    nodes = data.get("nodes") if isinstance(data, dict) else None
+    if not isinstance(nodes, list) or not nodes:
+        raise TraceError(f'{path}: expected {{"nodes": [{{"gpus": 8, "cpus": 64}}, ...]}}')
+    out = []
+    for i, n in enumerate(nodes):
+        if not isinstance(n, dict):
+            raise TraceError(f"{path}: nodes[{i}] must be an object")
+        where = f"{path}: nodes[{i}]"
+        out.append(
+            {
+                "gpus": float(_num(where, n, "gpus", default=0)),
+                "cpus": float(_num(where, n, "cpus")),
+            }
+        )
+    return out
+
+
+def load_teams(path: Path) -> dict[str, SimTeam]:
+    data = _read_json(path)
+    if not isinstance(data, dict):
+        raise TraceError(f'{path}: expected {{"team": {{"weight": 2, ...}}, ...}}')
+    out = {}
+    for name, t in data.items():
+        where = f"{path}: {name}"
+        if not isinstance(t, dict):
+            raise TraceError(f"{where} must be an object")
+        prio = t.get("max_priority", "high")
+        if prio not in PRIORITY_RANK:
+            raise TraceError(f"{where}: max_priority must be one of low|normal|high, not {prio!r}")
+        weight = _num(where, t, "weight", default=1.0)
+        if weight <= 0:
+            raise TraceError(f"{where}: weight must be > 0")
+        out[name] = SimTeam(
+            weight=float(weight),
+            quota_gpus=_num(where, t, "quota_gpus", default=None),
+            quota_cpus=_num(where, t, "quota_cpus", default=None),
+            max_priority=prio,
+        )
+    return out
+
+
+def _job(where: str, d: dict[str, Any]) -> SimJob:
+    for key in ("id", "team"):
+        if not isinstance(d.get(key), str) or not d[key]:
+            raise TraceError(f"{where}: {key} must be a non-empty string")
+    prio = d.get("priority", "normal")
+    if prio not in PRIORITY_RANK:
+        raise TraceError(f"{where}: priority must be one of low|normal|high, not {prio!r}")
+    workers = _num(where, d, "num_workers", default=1, minimum=1)
+    if not isinstance(workers, int):
+        raise TraceError(f"{where}: num_workers must be an integer")
+    preemptible = d.get("preemptible", True)
+    if not isinstance(preemptible, bool):
+        raise TraceError(f"{where}: preemptible must be true or false")
+    return SimJob(
+        id=d["id"],
+        team=d["team"],
+        submit_s=float(_num(where, d, "submit_s")),
+        num_workers=workers,
+        gpus_per_worker=float(_num(where, d, "gpus_per_worker", default=0)),
+        cpus_per_worker=float(_num(where, d, "cpus_per_worker", default=1)),
+        duration_s=float(_num(where, d, "duration_s")),
+        max_runtime_s=_num(where, d, "max_runtime_s", default=None, minimum=1),
+        priority=prio,
+        preemptible=preemptible,
+    )
+
+
+def load_trace(path: Path) -> list[SimJob]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise TraceError(f"{path}: {e}") from None
+    jobs, seen = [], set()
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{no}"
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(f"{where}: {e}") from None
+        if not isinstance(d, dict):
+            raise TraceError(f"{where}: each line must be a JSON object")
+        job = _job(where, d)
+        if job.id in seen:
+            raise TraceError(f"{where}: id {job.id!r} appears twice")
+        seen.add(job.id)
+        jobs.append(job)
+    return jobs
+
+
+def _gpus(rng: random.Random, node_gpus: int) -> tuple[int, float]:
+    """(num_workers, gpus_per_worker): mostly 1 GPU, some 2-4, a few whole-node gangs."""
+    r = rng.random()
+    if r < 0.70:
+        return 1, 1.0
+    if r < 0.85:
+        return 1, 2.0
+    if r < 0.93:
+        return 1, float(min(4, node_gpus))
+    if r < 0.98:
+        return 1, float(node_gpus)
+    return rng.choice([2, 4]), float(node_gpus)  # a large gang: 2-4 whole nodes
+
+
+def generate(
+    *,
+    teams: Sequence[str],
+    jobs: int,
+    seed: int = 0,
+    mean_interarrival_s: float = 120.0,
+    median_duration_s: float = 1800.0,
+    node_gpus: int = 8,
+    cpus_per_gpu: float = 8.0,
+) -> list[dict[str, Any]]:
+    """A synthetic trace (list of trace-line dicts), deterministic for ``seed``."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    t = 0.0
+    day = 86_400.0
+    for i in range(jobs):
+        # Diurnal: thinning of a Poisson process whose rate peaks mid-day at 3x the night's.
+        while True:
+            t += rng.expovariate(1.0 / (mean_interarrival_s / 2))
+            if rng.random() < (2 + math.sin(2 * math.pi * t / day)) / 3:
+                break
+        workers, gpw = _gpus(rng, node_gpus)
+        duration = min(rng.lognormvariate(math.log(median_duration_s), 1.5), 7 * day)
+        bound = None if rng.random() < 0.05 else math.ceil(duration * rng.uniform(1.2, 3.0))
+        r = rng.random()
+        out.append(
+            {
+                "id": f"j{i:05d}",
+                "team": teams[rng.randrange(len(teams))],
+                "submit_s": round(t, 1),
+                "num_workers": workers,
+                "gpus_per_worker": gpw,
+                "cpus_per_worker": gpw * cpus_per_gpu,
+                "duration_s": round(max(duration, 30.0), 1),
+                "max_runtime_s": bound,
+                "priority": "low" if r < 0.1 else "high" if r > 0.95 else "normal",
+                "preemptible": rng.random() < 0.95,
+            }
+        )
+    return out

@@ -1,0 +1,5 @@
+"""``python -m shunter.cli`` == ``shunter``."""
+
+from shunter.cli import main
+
+main()

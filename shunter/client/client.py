@@ -1,0 +1,428 @@
+"""``Client``: a typed, synchronous Python client for Shunter's public API v1.
+
+One method per public endpoint (DESIGN.md, "Public API v1"). Lists come back as iterators
+that follow ``next_cursor`` lazily, so ``for job in client.list(): ...`` walks every page and
+``itertools.islice`` stops early without fetching the rest. Errors are raised as the typed
+exceptions of :mod:`shunter.client.errors`; nothing returns an error value.
+
+Example::
+
+    with Client() as c:                      # URL and token from the environment
+        job = c.submit("examples/sst2.yaml")
+        for ev in c.stream_metrics(job.id):  # live points until the job ends
+            ...
+        final = c.wait(job.id, timeout=600)
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import yaml
+from httpx_sse import connect_sse
+from pydantic import BaseModel
+
+from shunter.client.config import resolve_token, resolve_url
+from shunter.client.download import unpack_model
+from shunter.client.errors import ConnectionFailed, ShunterError, raise_for_response
+from shunter.client.models import (
+    Checkpoint,
+    Cluster,
+    Event,
+    IssuedToken,
+    Job,
+    MetricPoint,
+    Page,
+    QueueEntry,
+    StreamEvent,
+    Team,
+    TeamUsage,
+    TokenInfo,
+    WhoAmI,
+)
+
+__all__ = ["Client", "SpecInput", "load_spec"]
+
+M = TypeVar("M", bound=BaseModel)
+
+# A spec as a user holds it: a mapping, a path to a YAML/JSON file, or a pydantic JobSpec.
+SpecInput = Mapping[str, Any] | str | Path | BaseModel
+
+
+def load_spec(spec: SpecInput) -> dict[str, Any]:
+    """Turn any :data:`SpecInput` into the JSON-ready dict that is POSTed.
+
+    A ``str`` is always a file path (YAML or JSON; JSON is YAML). A pydantic model is dumped
+    with only the fields that were set, so the server fills its own defaults.
+    """
+    if isinstance(spec, BaseModel):
+        return spec.model_dump(mode="json", exclude_unset=True)
+    if isinstance(spec, str | Path):
+        data = yaml.safe_load(Path(spec).read_text(encoding="utf-8"))
+        if not isinstance(data, dict):
+            raise ShunterError(
+                f"{spec}: a spec file must hold a mapping, not {type(data).__name__}"
+            )
+        return data
+    return dict(spec)
+
+
+class Client:
+    """A connection to one Shunter server with one token.
+
+    ``url``/``token`` default as described in :mod:`shunter.client.config`. ``timeout`` is the
+    per-request timeout in seconds (streams use it only to connect). ``transport`` lets tests
+    plug in ``httpx.MockTransport`` or an ASGI transport.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = resolve_url(url)
+        self.token = resolve_token(token, url=self.url)
+        headers = {"Accept": "application/json", "User-Agent": "shunter-client/0.1"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        # No redirects: the token goes to the configured URL and nowhere else.
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            follow_redirects=False,
+        )
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"cannot reach {self.url}: {e}") from e
+        raise_for_response(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._request(method, path, **kwargs)
+        if not response.content:
+            return None
+        return response.json()
+
+    def _pages(self, path: str, model: type[M], params: dict[str, Any]) -> Iterator[M]:
+        """Yield every item of a cursor-paginated list, fetching pages as they are needed."""
+        params = {k: v for k, v in params.items() if v is not None}
+        while True:
+            page = self._page(path, model, params)
+            yield from page.data
+            if not page.next_cursor:
+                return
+            params = {**params, "cursor": page.next_cursor}
+
+    def _page(self, path: str, model: type[M], params: dict[str, Any]) -> Page[M]:
+        body = self._json("GET", path, params=params)
+        if isinstance(body, list):  # an endpoint that is not paginated (yet)
+            return Page[model](data=body)  # type: ignore[valid-type]
+        return Page[model].model_validate(body)  # type: ignore[valid-type]
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def submit(self, spec: SpecInput, *, idempotency_key: str | None = None) -> Job:
+        """POST a JobSpec; returns the queued job.
+
+        A file path is sent as it is (``application/yaml``, or ``application/json`` for a
+        ``.json`` file), so the server's strict parser is the one that reads it; a mapping or
+        model is sent as JSON. Raises ValidationError (422) for an invalid spec and
+        BadRequest (400) for a document the API refuses to read (NaN, NUL bytes, ...).
+        """
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        if isinstance(spec, str | Path):
+            path = Path(spec)
+            kind = "application/json" if path.suffix.lower() == ".json" else "application/yaml"
+            content = path.read_bytes()
+        else:
+            # allow_nan: a NaN is the server's to refuse (400, with its message), not a crash
+            # in the client's encoder.
+            kind, content = "application/json", json.dumps(load_spec(spec)).encode()
+        headers["Content-Type"] = kind
+        return Job.model_validate(self._json("POST", "/v1/jobs", content=content, headers=headers))
+
+    def get(self, job_id: str) -> Job:
+        return Job.model_validate(self._json("GET", f"/v1/jobs/{job_id}"))
+
+    def list(
+        self, *, status: str | None = None, name: str | None = None, limit: int | None = None
+    ) -> Iterator[Job]:
+        """The team's jobs (newest first, as the server orders them); ``limit`` is page size."""
+        return self._pages("/v1/jobs", Job, {"status": status, "name": name, "limit": limit})
+
+    def list_page(
+        self,
+        *,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[Job]:
+        """One page of :meth:`list`, for callers that keep the cursor themselves."""
+        params = {"status": status, "name": name, "limit": limit, "cursor": cursor}
+        return self._page("/v1/jobs", Job, {k: v for k, v in params.items() if v is not None})
+
+    def cancel(self, job_id: str) -> Job:
+        """Cancel; idempotent on a cancelled job. Conflict (409) on a succeeded/failed job."""
+        return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/cancel"))
+
+    def delete(self, job_id: str) -> None:
+        """Delete a finished job with its metrics, events, checkpoints and storage (audited).
+        Conflict (409) while it is not finished: cancel it first."""
+        self._request("DELETE", f"/v1/jobs/{job_id}")
+
+    def gc(self, older_than: str, *, dry_run: bool = False) -> dict[str, Any]:
+        """Admin: delete finished jobs older than ``older_than`` (``30d``); ``dry_run`` lists."""
+        body = {"older_than": older_than, "dry_run": dry_run}
+        result: dict[str, Any] = self._json("POST", "/v1/admin/gc", json=body)
+        return result
+
+    def resume(self, job_id: str) -> Job:
+        """Start a failed, cancelled or paused job again from its newest verified checkpoint."""
+        return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/resume"))
+
+    def pause(self, job_id: str) -> Job:
+        """Checkpoint at the next step and hold the job (``paused``) until ``resume``. A queued
+        job is paused at once; a running one stays ``running`` until it has checkpointed."""
+        return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/pause"))
+
+    def events(self, job_id: str) -> Iterator[Event]:
+        """Lifecycle events, oldest first."""
+        return self._pages(f"/v1/jobs/{job_id}/events", Event, {})
+
+    def metrics(
+        self,
+        job_id: str,
+        *,
+        name: str | None = None,
+        after: str | int | None = None,
+        limit: int | None = None,
+    ) -> Iterator[MetricPoint]:
+        """Metric points in step order; ``name`` filters, ``after`` starts past a cursor."""
+        params = {"name": name, "after": after, "limit": limit}
+        return self._pages(f"/v1/jobs/{job_id}/metrics", MetricPoint, params)
+
+    def download_model(self, job_id: str, dest: str | Path, *, checkpoint: str = "final") -> Path:
+        """Download the job's ``final`` (or ``best``) model and unpack it under ``dest``;
+        returns the model folder (``config.json``, weights, tokenizer; PEFT files for LoRA)."""
+        path = f"/v1/jobs/{job_id}/checkpoints/{checkpoint}/download"
+        try:
+            with self._http.stream("GET", path) as response:
+                raise_for_response_stream(response)
+                tops = unpack_model(response.iter_bytes(), Path(dest))
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"cannot reach {self.url}: {e}") from e
+        if len(tops) != 1:
+            raise ShunterError(f"the download held {tops}, not one model folder")
+        return Path(dest) / tops[0]
+
+    def checkpoints(self, job_id: str) -> builtins.list[Checkpoint]:
+        return list(self._pages(f"/v1/jobs/{job_id}/checkpoints", Checkpoint, {}))
+
+    def logs(self, job_id: str, *, tail: int | None = None) -> str:
+        """The driver's and workers' output of the current attempt (the last ``tail`` bytes
+        when given; else the first page: use ``logs_page`` to read on by offset)."""
+        params = {"tail": tail} if tail is not None else {}
+        response = self._request("GET", f"/v1/jobs/{job_id}/logs", params=params)
+        if response.headers.get("content-type", "").startswith("application/json"):
+            body = response.json()
+            if isinstance(body, dict):
+                return str(body.get("text") or body.get("logs") or "")
+            return str(body)
+        return response.text
+
+    def logs_page(
+        self,
+        job_id: str,
+        *,
+        attempt: int | None = None,
+        offset: int = 0,
+        limit: int | None = None,
+    ) -> dict[str, Any]:
+        """One page of an attempt's output by byte range: ``text``, ``next_offset``, ``size``,
+        ``truncated`` (the server clamps ``limit`` to its max page)."""
+        params: dict[str, Any] = {"offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        if limit is not None:
+            params["limit"] = limit
+        body: dict[str, Any] = self._request("GET", f"/v1/jobs/{job_id}/logs", params=params).json()
+        return body
+
+    def follow_logs(
+        self, job_id: str, *, attempt: int | None = None, offset: int = 0
+    ) -> Iterator[StreamEvent]:
+        """Server-Sent Events of the job's output from ``offset``: ``log`` (``data.text``),
+        ``attempt`` (a new attempt started), then ``end`` once the job is terminal."""
+        params: dict[str, Any] = {"follow": "true", "offset": offset}
+        if attempt is not None:
+            params["attempt"] = attempt
+        timeout = httpx.Timeout(self._http.timeout.connect, read=60.0)
+        try:
+            with connect_sse(
+                self._http, "GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=timeout
+            ) as source:
+                raise_for_response_stream(source.response)
+                for sse in source.iter_sse():
+                    event = StreamEvent(event=sse.event, data=json.loads(sse.data or "null"))
+                    yield event
+                    if event.event == "end":
+                        return
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"stream from {self.url} broke: {e}") from e
+
+    def stream_metrics(self, job_id: str, *, after: int | None = None) -> Iterator[StreamEvent]:
+        """Server-Sent Events of new metric points and status changes, until ``end``.
+
+        The iterator ends after the ``end`` event (the job reached a terminal state) or when
+        the server closes the stream. The server first replays the points after ``after`` (a
+        point id, as in ``MetricPoint.id``; all of them by default), then sends new ones.
+        """
+        # The server sends a keepalive every 15 s; a silent minute means the stream is dead.
+        timeout = httpx.Timeout(self._http.timeout.connect, read=60.0)
+        try:
+            with connect_sse(
+                self._http,
+                "GET",
+                f"/v1/jobs/{job_id}/metrics/stream",
+                params={"after": after} if after is not None else None,
+                timeout=timeout,
+            ) as source:
+                raise_for_response_stream(source.response)
+                for sse in source.iter_sse():
+                    event = _stream_event(sse.event, sse.data)
+                    yield event
+                    if event.event == "end":
+                        return
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"stream from {self.url} broke: {e}") from e
+
+    def wait(self, job_id: str, *, timeout: float | None = None, poll: float = 2.0) -> Job:
+        """Poll until the job is terminal; return it. TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            job = self.get(job_id)
+            if job.terminal:
+                return job
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"job {job_id} still {job.status} after {timeout}s")
+            sleep = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+            time.sleep(sleep)
+
+    # -- cluster and queue ------------------------------------------------------------------
+
+    def queue(self) -> builtins.list[QueueEntry]:
+        """Queued jobs in the order they will be considered, with position and reason."""
+        return list(self._pages("/v1/queue", QueueEntry, {}))
+
+    def cluster(self) -> Cluster:
+        return Cluster.model_validate(self._json("GET", "/v1/cluster"))
+
+    def whoami(self) -> WhoAmI:
+        return WhoAmI.model_validate(self._json("GET", "/v1/whoami"))
+
+    def healthz(self) -> bool:
+        self._request("GET", "/healthz")
+        return True
+
+    # -- admin ------------------------------------------------------------------------------
+
+    def create_team(
+        self, name: str, *, quota: Mapping[str, Any] | None = None, weight: float | None = None
+    ) -> Team:
+        body: dict[str, Any] = {"name": name}
+        if quota is not None:
+            body["quota"] = dict(quota)
+        if weight is not None:
+            body["weight"] = weight
+        return Team.model_validate(self._json("POST", "/v1/teams", json=body))
+
+    def teams(self) -> builtins.list[Team]:
+        return list(self._pages("/v1/teams", Team, {}))
+
+    def patch_team(
+        self,
+        name: str,
+        *,
+        weight: float | None = None,
+        quota: Mapping[str, Any] | None = None,
+        max_priority: str | None = None,
+    ) -> Team:
+        """Change a team (admin). In ``quota``, a key given as None means unlimited."""
+        body: dict[str, Any] = {}
+        if weight is not None:
+            body["weight"] = weight
+        if quota is not None:
+            body["quota"] = dict(quota)
+        if max_priority is not None:
+            body["max_priority"] = max_priority
+        return Team.model_validate(self._json("PATCH", f"/v1/teams/{name}", json=body))
+
+    def team_usage(self, name: str, *, since: str | None = None) -> TeamUsage:
+        """GPU- and CPU-seconds the team's attempts held since ``since`` (ISO 8601)."""
+        params = {"since": since} if since else None
+        return TeamUsage.model_validate(self._json("GET", f"/v1/teams/{name}/usage", params=params))
+
+    def create_token(self, *, team: str, role: str, name: str) -> IssuedToken:
+        """Issue a token; its plaintext is in ``.token`` and is never shown again."""
+        body = {"team": team, "role": role, "name": name}
+        return IssuedToken.model_validate(self._json("POST", "/v1/tokens", json=body))
+
+    def tokens(self) -> builtins.list[TokenInfo]:
+        return list(self._pages("/v1/tokens", TokenInfo, {}))
+
+    def revoke_token(self, token_id: str | int) -> None:
+        self._request("DELETE", f"/v1/tokens/{token_id}")
+
+
+def raise_for_response_stream(response: httpx.Response) -> None:
+    """Like :func:`raise_for_response` for a streamed response (reads the body first)."""
+    if not response.is_success:
+        response.read()
+        raise_for_response(response)
+
+
+def _stream_event(name: str, data: str) -> StreamEvent:
+    """Decode one SSE message into a :class:`StreamEvent` (data is JSON when it parses)."""
+    try:
+        payload: Any = json.loads(data) if data else None
+    except ValueError:
+        payload = data
+    event = StreamEvent(event=name or "message", data=payload)
+    if isinstance(payload, dict):
+        if name in ("metric", "metrics", "point") and "step" in payload and "name" in payload:
+            event.point = MetricPoint.model_validate(payload)
+        if isinstance(payload.get("status"), str):
+            event.status = payload["status"]
+    return event

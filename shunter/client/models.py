@@ -1,0 +1,215 @@
+"""Typed views of API v1 responses (DESIGN.md, "Public API v1").
+
+These are *read* models: they accept extra fields (the API may grow; a newer server must not
+break an older client) and default what a server may leave out. Times are parsed to aware
+``datetime``. Nothing here is sent back to the server.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+__all__ = [
+    "TERMINAL_STATUSES",
+    "Checkpoint",
+    "Cluster",
+    "ClusterNode",
+    "Event",
+    "IssuedToken",
+    "Job",
+    "JobError",
+    "MetricPoint",
+    "Page",
+    "Progress",
+    "QueueEntry",
+    "StreamEvent",
+    "Team",
+    "TeamUsage",
+    "TokenInfo",
+    "WhoAmI",
+]
+
+# Terminal job states: they never change again (DESIGN.md, "Job states").
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+
+T = TypeVar("T")
+
+
+class _Read(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+class Progress(_Read):
+    step: int | None = None
+    total_steps: int | None = None
+    epoch: float | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        """step / total_steps in [0, 1], or None when the total is unknown."""
+        if not self.total_steps or self.total_steps <= 0:
+            return None
+        return max(0.0, min(1.0, (self.step or 0) / self.total_steps))
+
+
+class JobError(_Read):
+    type: str
+    message: str = ""
+
+
+class Job(_Read):
+    id: str
+    name: str = ""
+    team: str | None = None
+    status: str
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    attempt: int = 0
+    spec: dict[str, Any] = Field(default_factory=dict)  # {} in list pages (no ?include=spec)
+    queue_position: int | None = None
+    pending_reason: str | None = None
+    estimated_start_at: datetime | None = None  # queued: the scheduler's start ETA
+    estimated_end_at: datetime | None = None  # running: its end ETA
+    progress: Progress | None = None
+    latest_metrics: dict[str, Any] | None = None
+    error: JobError | None = None
+    latest_checkpoint: Any = None
+    final_model_uri: str | None = None
+    restarts: int = 0  # worker-group restarts in the current attempt (spec.max_restarts bounds)
+
+    @field_validator("spec", mode="before")
+    @classmethod
+    def _no_spec_in_lists(cls, value: Any) -> Any:
+        return {} if value is None else value  # list pages carry summaries only
+
+    @property
+    def terminal(self) -> bool:
+        """True once the job can no longer change (succeeded, failed or cancelled)."""
+        return self.status in TERMINAL_STATUSES
+
+
+class Page(_Read, Generic[T]):
+    """One page of a cursor-paginated list: ``{"data": [...], "next_cursor": ...}``."""
+
+    data: list[T]
+    next_cursor: str | None = None
+
+
+class Event(_Read):
+    id: Any = None
+    type: str | None = None
+    from_status: str | None = None
+    to_status: str | None = None
+    message: str | None = None
+    attempt: int | None = None
+    time: datetime | None = None
+
+
+class MetricPoint(_Read):
+    id: int | None = None
+    attempt: int | None = None
+    step: int
+    name: str
+    value: float | None
+    time: datetime | None = None
+
+
+class Checkpoint(_Read):
+    id: Any = None
+    step: int
+    uri: str
+    bytes: int | None = None
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    verified: bool = False
+
+
+class QueueEntry(_Read):
+    """One queued job: the job's fields plus its place in line and why it waits."""
+
+    id: str | None = None  # None: another team's job, shown only as capacity (anonymous)
+    anonymous: bool = False
+    name: str | None = None
+    team: str | None = None
+    position: int | None = None
+    pending_reason: str | None = None
+    estimated_start_at: datetime | None = None
+    priority: str | None = None
+    created_at: datetime | None = None
+    num_workers: int | None = None
+    cpus_per_worker: float | None = None
+    gpus_per_worker: float | None = None
+
+
+class ClusterNode(_Read):
+    node_id: str = ""
+    address: str = ""
+    alive: bool = True
+    total_cpus: float = 0
+    free_cpus: float = 0
+    total_gpus: float = 0
+    free_gpus: float = 0
+
+
+class Cluster(_Read):
+    total_cpus: float = 0
+    free_cpus: float = 0
+    total_gpus: float = 0
+    free_gpus: float = 0
+    nodes: list[ClusterNode] = Field(default_factory=list)
+
+
+class WhoAmI(_Read):
+    team: str | None = None
+    role: str
+    name: str | None = None
+    token_id: Any = None
+
+
+class Team(_Read):
+    id: Any = None
+    name: str
+    quota: Any = None
+    weight: float | None = None
+    max_priority: str | None = None
+
+
+class TeamUsage(_Read):
+    team: str
+    since: datetime | None = None
+    until: datetime | None = None
+    gpu_seconds: float = 0.0
+    cpu_seconds: float = 0.0
+    attempts: int = 0
+
+
+class TokenInfo(_Read):
+    id: Any
+    team: str | None = None
+    role: str
+    name: str = ""
+    created_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+
+class IssuedToken(TokenInfo):
+    """A freshly issued token: ``token`` is the plaintext, shown this once only."""
+
+    token: str
+
+
+class StreamEvent(_Read):
+    """One Server-Sent Event from ``/v1/jobs/{id}/metrics/stream``.
+
+    ``event`` is the SSE event name (``metric``, ``status``, ``end``, ...); ``data`` its
+    decoded JSON. ``point`` is set for metric events, ``status`` for status changes.
+    """
+
+    event: str
+    data: Any = None
+    point: MetricPoint | None = None
+    status: str | None = None

@@ -1,0 +1,543 @@
+"""The JobSpec (v1) schema: fields, defaults, enums and per-field bounds.
+
+Exactly DESIGN.md's "JobSpec (v1)". Every object forbids unknown keys; every number is
+bounded (the bounds are in each field's description, so they show in OpenAPI). Rules that
+involve more than one field live in ``shunter.jobspec.rules``; path resolution in
+``service.jobs.paths``. Decisions DESIGN.md left open, written down here:
+
+- ``name``, ``model.task``, ``model`` and ``data.train`` are required; everything else has
+  the default DESIGN.md shows.
+- ``data.*.format`` may be omitted and is then inferred from the file suffix
+  (``.csv``/``.tsv`` → csv with ``,``/tab delimiter, ``.json``, ``.jsonl``, ``.txt`` → text,
+  ``.parquet``); the resolved spec always has it.
+- ``eval_strategy``/``save_strategy`` accept YAML's ``no`` → ``false`` as ``"no"``.
+- Types are strict: a number field takes a JSON/YAML number (an integer field an integer),
+  a boolean field ``true``/``false``; ``"8"``, ``true`` for a count, ``8.0`` for an integer are
+  422s naming the type expected. ``shunter.jobspec.parse`` reads YAML numbers as YAML does
+  (plus ``5e-5``, a float in YAML 1.2). NaN and infinities are rejected everywhere.
+- Every field has a ``description``: the JSON schema (``JobSpec.model_json_schema()``, served
+  at ``GET /v1/jobspec.schema.json``) and ``docs/jobspec-reference.md`` are generated from it.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from shunter.jobspec.vocab import Priority
+
+__all__ = [
+    "DATA_FORMATS",
+    "DEEPSPEED_STAGES",
+    "DTYPES",
+    "FSDP_SHARDINGS",
+    "HUB_ID_RE",
+    "LR_SCHEDULERS",
+    "OPTIMIZERS",
+    "STRATEGIES",
+    "TASKS",
+    "TP_STRATEGIES",
+    "DataFormat",
+    "DataSource",
+    "DataSpec",
+    "DeepSpeedSpec",
+    "DeepSpeedStage",
+    "DistributedSpec",
+    "Dtype",
+    "FsdpSharding",
+    "FsdpSpec",
+    "InitFromSpec",
+    "JobSpec",
+    "LoraSpec",
+    "LrScheduler",
+    "ModelSpec",
+    "Optimizer",
+    "ResourcesSpec",
+    "SchedulingSpec",
+    "Strategy",
+    "Task",
+    "TrainingSpec",
+]
+
+Task = Literal[
+    "causal-lm",
+    "sequence-classification",
+    "token-classification",
+    "masked-lm",
+    "chat-sft",
+    "seq2seq",
+    "regression",
+    "multi-label-classification",
+    "question-answering",
+]
+TASKS: tuple[str, ...] = get_args(Task)
+# save_to_disk: a folder written by datasets' Dataset.save_to_disk (never inferred: give it).
+DataFormat = Literal["csv", "json", "jsonl", "text", "parquet", "save_to_disk"]
+DATA_FORMATS: tuple[str, ...] = get_args(DataFormat)
+Dtype = Literal["float32", "bfloat16", "float16"]
+DTYPES: tuple[str, ...] = get_args(Dtype)
+Optimizer = Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "lion"]
+OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+LrScheduler = Literal[
+    "linear",
+    "cosine",
+    "constant",
+    "constant_with_warmup",
+    "polynomial",
+    "cosine_with_restarts",
+    "reduce_lr_on_plateau",
+]
+LR_SCHEDULERS: tuple[str, ...] = get_args(LrScheduler)
+Interval = Literal["no", "steps", "epoch"]
+Strategy = Literal["ddp", "fsdp", "deepspeed", "tp", "fsdp+tp"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+TP_STRATEGIES: frozenset[str] = frozenset({"tp", "fsdp+tp"})
+FsdpSharding = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
+FSDP_SHARDINGS: tuple[str, ...] = get_args(FsdpSharding)
+DeepSpeedStage = Literal[0, 1, 2, 3]
+DEEPSPEED_STAGES: tuple[int, ...] = get_args(DeepSpeedStage)
+
+# A Hugging Face hub id: `name` or `org/name`; each part starts alphanumeric.
+HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
+
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_MAX_STEPS = 1_000_000_000  # upper bound for every step count (≈ 30 years at 1 step/s)
+_SUFFIX_FORMATS: dict[str, tuple[str, str | None]] = {
+    ".csv": ("csv", ","),
+    ".tsv": ("csv", "\t"),
+    ".json": ("json", None),
+    ".jsonl": ("jsonl", None),
+    ".txt": ("text", None),
+    ".parquet": ("parquet", None),
+}
+
+
+def _printable(value: str) -> str:
+    # Paths and names end up in os calls, logs and PostgreSQL text: no control characters
+    # (NUL in particular). Lone surrogates never get here: pydantic's str rejects them.
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError("must not contain control characters")
+    return value
+
+
+PathOrHub = Annotated[
+    str, StringConstraints(min_length=1, max_length=4096), AfterValidator(_printable)
+]
+Ident = Annotated[str, StringConstraints(min_length=1, max_length=256), AfterValidator(_printable)]
+Steps = Annotated[int, Field(ge=1, le=_MAX_STEPS)]
+
+
+def _not_bool(value: Any) -> Any:
+    # A Literal of ints takes True as 1 (True == 1 in Python); `stage: true` is not stage 1.
+    if isinstance(value, bool):
+        raise ValueError(f"expected an integer, got the boolean {str(value).lower()}")
+    return value
+
+
+BatchSize = Annotated[int, Field(ge=1, le=65536, description="1..65536")]
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, allow_inf_nan=False, str_max_length=4096
+    )
+
+
+class LoraSpec(_Spec):
+    """PEFT LoRA adapters (``r``, ``lora_alpha``, ``lora_dropout``, ``target_modules``).
+
+    ``merge_on_save`` (beyond DESIGN.md; trainer_core supports it) writes merged full
+    weights as the final model instead of a separate adapter.
+    """
+
+    r: int = Field(8, ge=1, le=4096, description="adapter rank, 1..4096")
+    alpha: int = Field(16, ge=1, le=65536, description="lora_alpha, 1..65536")
+    dropout: float = Field(0.0, ge=0, lt=1, description="lora_dropout, [0, 1)")
+    target_modules: str | list[Ident] | None = Field(
+        None,
+        max_length=256,
+        description="module names, 'all-linear', or null for PEFT's per-architecture default",
+    )
+    merge_on_save: bool = Field(
+        False, description="write merged full weights as the final model instead of an adapter"
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _known_shorthand(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, str) and value != "all-linear":
+            raise ValueError("a string must be 'all-linear'; otherwise give a list of names")
+        if isinstance(value, list) and not value:
+            raise ValueError("must not be empty; use null for PEFT's default modules")
+        return value
+
+
+class PeftSpec(_Spec):
+    """A PEFT adapter other than LoRA (LoRA is ``model.lora``), in PEFT's own terms.
+
+    ``ia3``: learned scaling vectors on ``target_modules`` (PEFT's ``IA3Config``); the
+    ``feedforward_modules`` among them are scaled on their input. ``prefix_tuning``:
+    ``num_virtual_tokens`` trained key/value prefixes per layer (``PrefixTuningConfig``).
+    """
+
+    adapter: Literal["ia3", "prefix_tuning"] = Field(description="ia3 | prefix_tuning")
+    target_modules: list[Ident] | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="ia3: modules to scale; null = PEFT's per-architecture default",
+    )
+    feedforward_modules: list[Ident] | None = Field(
+        None,
+        max_length=256,
+        description="ia3: the feed-forward ones among target_modules; null = PEFT's default",
+    )
+    num_virtual_tokens: int | None = Field(
+        None, ge=1, le=4096, description="prefix_tuning: prefix length, 1..4096 (null = 20)"
+    )
+    merge_on_save: bool = Field(
+        False, description="ia3: write merged full weights as the final model"
+    )
+
+
+class InitFromSpec(_Spec):
+    """Start from another job's verified checkpoint (same team), instead of the base weights.
+
+    ``checkpoint``: ``latest``, ``best`` (the job's best eval) or a step number. By default
+    only the weights are taken (fresh optimizer, schedule and data order); ``resume: true``
+    continues that run exactly (optimizer, scheduler, step and data position too).
+    """
+
+    job: str = Field(
+        min_length=1, max_length=64, pattern=r"^job-[0-9a-z]+$", description="a job id, job-..."
+    )
+    checkpoint: Literal["latest", "best"] | Annotated[int, Field(ge=1, le=_MAX_STEPS)] = Field(
+        "latest", description="latest | best | a step number"
+    )
+    resume: bool = Field(False, description="true: optimizer, scheduler and data position too")
+    # Filled by the service (pass 2) with the checkpoint's directory; users leave it null.
+    path: PathOrHub | None = Field(None, description="set by the service; leave null")
+
+
+class ModelSpec(_Spec):
+    """The model to train: where its weights (or config) come from, its task and dtype."""
+
+    name_or_path: PathOrHub | None = Field(
+        None, description="local model dir inside a data root, or a hub id"
+    )
+    tokenizer: PathOrHub | None = Field(
+        None, description="local dir or hub id; defaults to name_or_path"
+    )
+    task: Task = Field(description="what the model learns: " + " | ".join(TASKS))
+    num_labels: int | None = Field(
+        None, ge=1, le=1_000_000, description="classification tasks: 2..1,000,000"
+    )
+    from_scratch: bool = Field(
+        False, description="initialise weights randomly from the config instead of loading them"
+    )
+    config_overrides: dict[str, JsonValue] = Field(
+        default_factory=dict, max_length=1024, description="model config keys, ≤ 1024"
+    )
+    dtype: Dtype = Field("float32", description="parameter dtype; float16 needs GPUs")
+    gradient_checkpointing: bool = Field(
+        False, description="recompute activations in backward: less memory, ~30% more compute"
+    )
+    lora: LoraSpec | None = Field(None, description="train LoRA adapters instead of all weights")
+    peft: PeftSpec | None = Field(
+        None,
+        description="another PEFT adapter instead of all weights: {adapter: ia3 | prefix_tuning}",
+    )
+    init_from: InitFromSpec | None = Field(
+        None, description="start from another job's checkpoint: {job, checkpoint, resume}"
+    )
+
+
+class DataSource(_Spec):
+    """One dataset: a local file ``{path, format, delimiter}`` or ``{hub, config, split}``.
+
+    A bare string is shorthand for ``{path: <string>}``.
+    """
+
+    path: PathOrHub | None = Field(
+        None, description="a local file inside a data root (relative paths are tried per root)"
+    )
+    format: DataFormat | None = Field(None, description="inferred from the suffix if omitted")
+    delimiter: str | None = Field(
+        None, min_length=1, max_length=1, description="csv only; one character"
+    )
+    hub: str | None = Field(None, max_length=200, description="dataset id on the hub")
+    config: Ident | None = Field(None, description="hub dataset configuration name")
+    split: str | None = Field(
+        None, max_length=128, pattern=r"^[A-Za-z0-9_.:%+\[\]-]+$", description="default 'train'"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_format(cls, data: Any) -> Any:
+        # A bare string is the path form's shorthand: `train: sst2/train.tsv`.
+        if isinstance(data, str):
+            data = {"path": data}
+        # Fill format/delimiter from the file suffix so the stored spec is explicit.
+        if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+            return data
+        suffix = PurePosixPath(data["path"]).suffix.lower()
+        fmt, delim = _SUFFIX_FORMATS.get(suffix, (None, None))
+        data = dict(data)
+        if data.get("format") is None and fmt is not None:
+            data["format"] = fmt
+        if data.get("format") == "csv" and data.get("delimiter") is None:
+            data["delimiter"] = delim if fmt == "csv" and delim else ","
+        return data
+
+    @model_validator(mode="after")
+    def _one_form(self) -> DataSource:
+        local = [k for k in ("path", "format", "delimiter") if getattr(self, k) is not None]
+        hub = [k for k in ("hub", "config", "split") if getattr(self, k) is not None]
+        if self.path is None and self.hub is None:
+            raise ValueError("give either path (a local file) or hub (a dataset id)")
+        if self.path is not None and hub:
+            raise ValueError(f"{', '.join(hub)} belong to the hub form; drop them or path")
+        if self.hub is not None and local:
+            raise ValueError(f"{', '.join(local)} belong to the path form; drop them or hub")
+        if self.hub is not None and not HUB_ID_RE.fullmatch(self.hub):
+            raise ValueError(f"hub {self.hub!r} is not a dataset id like 'glue' or 'org/name'")
+        if self.path is not None and self.format is None:
+            raise ValueError(
+                "cannot infer format from the file name; set format: " + " | ".join(DATA_FORMATS)
+            )
+        if self.delimiter is not None and self.format != "csv":
+            raise ValueError("delimiter is only for format csv")
+        if self.hub is not None and self.split is None:
+            return self.model_copy(update={"split": "train"})
+        return self
+
+
+class DataSpec(_Spec):
+    """Training (and evaluation) data and how to turn rows into model inputs."""
+
+    train: DataSource = Field(description="the training dataset")
+    eval: DataSource | None = Field(
+        None, description="evaluation dataset; needed by eval_strategy and best-model tracking"
+    )
+    text_field: Ident = Field("text", description="the column with the input text")
+    text_pair_field: Ident | None = Field(None, description="sequence-classification only")
+    label_field: Ident | None = Field(
+        None,
+        description="classification, regression, multi-label (a list of label ids) and "
+        "question-answering ({text: [...], answer_start: [...]}): required",
+    )
+    target_field: Ident | None = Field(None, description="seq2seq only: the target text column")
+    messages_field: Ident = Field(
+        "messages", description="chat-sft only: the column with the list of chat messages"
+    )
+    max_length: int = Field(
+        128, ge=2, le=1_048_576, description="tokens per sequence, 2..1,048,576 (truncation)"
+    )
+    packing: bool = Field(
+        False,
+        description="causal-lm: concatenate and cut to max_length; chat-sft: pack whole "
+        "examples into max_length rows, attention kept within each example",
+    )
+
+
+class TrainingSpec(_Spec):
+    """Hugging Face ``TrainingArguments`` names and meanings."""
+
+    output_dir: PathOrHub | None = Field(
+        None, description="set by the service per job; only torchrun users set it"
+    )
+    num_train_epochs: float = Field(1.0, ge=0, le=100_000, description="0..100,000")
+    max_steps: int = Field(
+        -1, ge=-1, le=_MAX_STEPS, description="-1 (use epochs) or 1..1e9; > 0 overrides epochs"
+    )
+    per_device_train_batch_size: BatchSize = Field(
+        16, description="examples per worker per micro-step, 1..65536"
+    )
+    per_device_eval_batch_size: BatchSize = Field(
+        32, description="examples per worker per eval step, 1..65536"
+    )
+    gradient_accumulation_steps: int = Field(1, ge=1, le=65536, description="1..65536")
+    learning_rate: float = Field(5e-5, gt=0, le=10, description="(0, 10]")
+    weight_decay: float = Field(0.0, ge=0, le=10, description="[0, 10]")
+    adam_beta1: float = Field(0.9, ge=0, lt=1, description="[0, 1)")
+    adam_beta2: float = Field(0.999, ge=0, lt=1, description="[0, 1)")
+    adam_epsilon: float = Field(1e-8, gt=0, le=1, description="(0, 1]")
+    max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping; ≤ 1e6")
+    optim: Optimizer = Field("adamw_torch", description="optimizer: " + " | ".join(OPTIMIZERS))
+    lr_scheduler_type: LrScheduler = Field(
+        "linear", description="learning-rate schedule: " + " | ".join(LR_SCHEDULERS)
+    )
+    warmup_steps: int = Field(0, ge=0, le=_MAX_STEPS, description="0..1e9")
+    warmup_ratio: float = Field(0.0, ge=0, le=1, description="[0, 1] of total steps")
+    bf16: bool = Field(False, description="bfloat16 mixed precision (autocast)")
+    fp16: bool = Field(False, description="float16 mixed precision with a grad scaler; GPUs only")
+    logging_steps: Steps = Field(10, description="1..1e9")
+    eval_strategy: Interval = Field("no", description="when to evaluate: no | steps | epoch")
+    eval_steps: Steps | None = Field(None, description="1..1e9; steps: defaults to logging_steps")
+    save_strategy: Literal["no", "steps", "epoch", "best"] = Field(
+        "steps", description="best: save after each eval that improves metric_for_best_model"
+    )
+    save_steps: Steps = Field(500, description="1..1e9")
+    save_total_limit: int | None = Field(None, ge=1, le=10_000, description="1..10,000")
+    load_best_model_at_end: bool = Field(
+        False, description="the final model is the best checkpoint by metric_for_best_model"
+    )
+    metric_for_best_model: Ident | None = Field(
+        None, description="loss, accuracy (classification) or perplexity (LM), maybe eval_-prefixed"
+    )
+    greater_is_better: bool | None = Field(
+        None, description="default: false for metrics ending in 'loss' or 'perplexity'"
+    )
+    early_stopping_patience: int | None = Field(None, ge=1, le=1_000_000, description="evals")
+    seed: int = Field(42, ge=0, le=2**32 - 1, description="0..2^32-1")
+    report_to: list[Literal["tensorboard", "mlflow"]] = Field(
+        default_factory=list,
+        max_length=2,
+        description=(
+            "also write metrics to: tensorboard (event files in the job's storage, "
+            "`shunter tensorboard JOB`), mlflow (the server's SHUNTER_MLFLOW_TRACKING_URI); "
+            "needs shunter[tracking] on the workers. Metrics always go to the API too"
+        ),
+    )
+    group_by_length: bool = Field(
+        False,
+        description="batch examples of similar length (inside shuffled mega-batches): less padding",
+    )
+    class_weights: list[Annotated[float, Field(gt=0, le=1e6)]] | None = Field(
+        None,
+        max_length=1_000_000,
+        description="classification: one weight (0, 1e6] per label for the cross-entropy",
+    )
+    label_smoothing_factor: float = Field(
+        0.0, ge=0, lt=1, description="[0, 1); cross-entropy tasks (HF's label_smoothing_factor)"
+    )
+
+    @field_validator("eval_strategy", "save_strategy", mode="before")
+    @classmethod
+    def _yaml_no(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `no` as false; that is what the user meant.
+        return "no" if value is False else value
+
+
+class FsdpSpec(_Spec):
+    """FSDP2 options (strategy fsdp or fsdp+tp)."""
+
+    sharding: FsdpSharding = Field(
+        "full_shard",
+        description="full_shard: params+grads+optimizer state; shard_grad_op: grads+state; "
+        "hybrid_shard: full_shard inside groups, replicated across; no_shard: like DDP",
+    )
+    cpu_offload: bool = Field(False, description="keep sharded parameters on the CPU")
+    hybrid_shard_size: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="hybrid_shard only: ranks per shard group, dividing num_workers; "
+        "null = the ranks of one node",
+    )
+
+
+class DeepSpeedSpec(_Spec):
+    """DeepSpeed ZeRO options (strategy deepspeed)."""
+
+    stage: Annotated[DeepSpeedStage, BeforeValidator(_not_bool)] = Field(
+        2, description="ZeRO stage: 0 (DDP-like), 1 (optimizer state), 2 (+grads), 3 (+params)"
+    )
+    offload_optimizer: bool = Field(
+        False, description="optimizer state in CPU memory; stage 1, 2 or 3"
+    )
+    offload_param: bool = Field(False, description="parameters in CPU memory; stage 3")
+    config: dict[str, JsonValue] | None = Field(
+        None,
+        max_length=256,
+        description="a DeepSpeed config merged over ours; values must agree with the spec or be "
+        "'auto' (filled from the spec)",
+    )
+
+
+class DistributedSpec(_Spec):
+    """How the model is spread over the workers."""
+
+    strategy: Strategy = Field("ddp", description="parallelism: " + " | ".join(STRATEGIES))
+    fsdp: FsdpSpec = Field(default_factory=FsdpSpec, description="strategy fsdp / fsdp+tp")
+    deepspeed: DeepSpeedSpec = Field(
+        default_factory=DeepSpeedSpec, description="strategy deepspeed"
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=1024, description="ranks per tensor-parallel group (tp, fsdp+tp), 1..1024"
+    )
+
+
+class ResourcesSpec(_Spec):
+    """The gang: num_workers processes, each on one node with these resources."""
+
+    num_workers: int = Field(2, ge=1, le=1024, description="1..1024 (one process each)")
+    gpus_per_worker: int = Field(
+        1, ge=0, le=64, description="0 = CPU workers (gloo) or 1; more GPUs = more num_workers"
+    )
+    cpus_per_worker: float = Field(1.0, gt=0, le=1024, description="(0, 1024]")
+
+
+class SchedulingSpec(_Spec):
+    """How the scheduler may treat the job once it runs."""
+
+    preemptible: bool = Field(
+        True,
+        description=(
+            "true: a higher-priority or under-share job may stop this one at a step boundary "
+            "(it checkpoints and requeues, losing no step); false only where the team's policy "
+            "allows it"
+        ),
+    )
+
+
+class JobSpec(_Spec):
+    """A training job as submitted (and, after ``validate_spec``, as resolved)."""
+
+    name: str = Field(
+        min_length=1,
+        max_length=63,
+        json_schema_extra={"pattern": _NAME_RE.pattern},
+        description="lower-case letters, digits, '.', '_', '-'; ≤ 63 chars",
+    )
+    model: ModelSpec = Field(description="the model, its task and adapters")
+    data: DataSpec = Field(description="datasets and columns")
+    training: TrainingSpec = Field(
+        default_factory=TrainingSpec, description="Hugging Face TrainingArguments names"
+    )
+    distributed: DistributedSpec = Field(
+        default_factory=DistributedSpec, description="parallelism strategy"
+    )
+    resources: ResourcesSpec = Field(
+        default_factory=ResourcesSpec, description="workers and their CPUs/GPUs"
+    )
+    scheduling: SchedulingSpec = Field(
+        default_factory=SchedulingSpec, description="preemption and other scheduler treatment"
+    )
+    priority: Priority = Field("normal", description="scheduling priority: low | normal | high")
+    max_restarts: int = Field(2, ge=0, le=100, description="Ray Train restarts, 0..100")
+    max_runtime_seconds: int | None = Field(
+        None, ge=1, le=31_536_000, description="1..31,536,000 (a year)"
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, value: str) -> str:
+        if not _NAME_RE.fullmatch(value):
+            raise ValueError(
+                "use lower-case letters, digits, '.', '_' and '-', starting with a letter or digit"
+            )
+        return value

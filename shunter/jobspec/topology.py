@@ -1,0 +1,147 @@
+"""Rules about how a job is laid out on the workers, from what trainer_core can actually run.
+
+Each rule here is a case that once passed validation and then failed (or was silently
+ignored) on the workers; the message names the field to change and how:
+
+- ``resources.gpus_per_worker`` is 0 or 1: trainer_core runs one training process per GPU, so
+  more GPUs means more ``num_workers`` (a worker with 2 GPUs would train on one of them).
+- ``distributed.fsdp.*`` options need strategy fsdp / fsdp+tp, ``distributed.deepspeed.*``
+  options need strategy deepspeed (under another strategy they would be ignored).
+- ``hybrid_shard_size`` needs ``sharding: hybrid_shard`` and must divide the data-parallel
+  ranks (``num_workers``, or ``num_workers / tensor_parallel_size`` under ``fsdp+tp``).
+- Tensor parallelism has a plan for Llama-style decoders only (``TP_MODEL_TYPES``): a
+  ``config_overrides.model_type`` outside it is rejected here; a local model's
+  ``config.json`` and a hub id are checked by the service (pass 2) with ``tp_model_error``.
+- fp16 mixed precision keeps float32 master weights: ``model.dtype: float16`` with
+  ``training.fp16`` fails in the grad scaler ("Attempting to unscale FP16 gradients").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from shunter.jobspec.errors import FieldError
+from shunter.jobspec.models import TP_STRATEGIES, JobSpec
+
+__all__ = ["TP_MODEL_TYPES", "model_type_from_name", "topology_errors", "tp_model_error"]
+
+# Hugging Face model_type values whose decoder blocks have the q/k/v/o_proj and
+# gate/up/down_proj projections trainer_core.parallel.tp shards (Llama-style).
+TP_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "olmo2"})
+_FSDP_STRATEGIES = frozenset({"fsdp", "fsdp+tp"})
+# Families a hub id names, longest match first ("distilbert" before "bert"); a guess from the
+# name alone, used only where the model's config.json is not at hand (hub models).
+_NAMED_FAMILIES = (
+    "mixtral", "mistral", "llama", "qwen3", "qwen2", "gemma2", "gemma", "olmo2",
+    "distilbert", "roberta", "deberta", "bert", "gpt2", "gpt-neo", "bloom", "falcon", "phi",
+)  # fmt: skip
+
+
+def topology_errors(spec: JobSpec) -> Iterator[FieldError]:
+    """Every layout rule the spec breaks (see the module docstring)."""
+    yield from _one_gpu_per_worker(spec)
+    yield from _fsdp_options(spec)
+    yield from _deepspeed_options(spec)
+    yield from _fp16_master_weights(spec)
+    model_type = spec.model.config_overrides.get("model_type")
+    if isinstance(model_type, str):
+        error = tp_model_error(spec, model_type, "model.config_overrides")
+        if error is not None:
+            yield error
+
+
+def tp_model_error(spec: JobSpec, model_type: str, loc: str) -> FieldError | None:
+    """An error if the spec asks for tensor parallelism on a family with no TP plan."""
+    strategy = spec.distributed.strategy
+    if strategy not in TP_STRATEGIES or model_type in TP_MODEL_TYPES:
+        return None
+    families = ", ".join(sorted(TP_MODEL_TYPES))
+    return FieldError(
+        loc,
+        f"strategy {strategy!r} has a tensor-parallel plan only for Llama-style models "
+        f"(model_type {families}); this model is {model_type!r}: use strategy fsdp or "
+        "deepspeed to shard it",
+    )
+
+
+def model_type_from_name(name: str) -> str | None:
+    """The model family a hub id names (``meta-llama/Llama-3.2-1B`` -> llama), else None."""
+    lowered = name.lower()
+    found = next((family for family in _NAMED_FAMILIES if family in lowered), None)
+    return "gpt_neo" if found == "gpt-neo" else found
+
+
+def _one_gpu_per_worker(spec: JobSpec) -> Iterator[FieldError]:
+    r = spec.resources
+    if r.gpus_per_worker > 1:
+        yield FieldError(
+            "resources.gpus_per_worker",
+            f"one training process per GPU: set gpus_per_worker: 1 and num_workers: "
+            f"{r.num_workers * r.gpus_per_worker} (num_workers x gpus_per_worker)",
+        )
+
+
+def _fsdp_options(spec: JobSpec) -> Iterator[FieldError]:
+    d, fsdp = spec.distributed, spec.distributed.fsdp
+    if d.strategy not in _FSDP_STRATEGIES:
+        if fsdp.cpu_offload:
+            yield FieldError(
+                "distributed.fsdp.cpu_offload",
+                f"only for strategy fsdp or fsdp+tp, not {d.strategy!r}"
+                + (
+                    "; DeepSpeed offloads with deepspeed.offload_optimizer / offload_param"
+                    if d.strategy == "deepspeed"
+                    else ""
+                ),
+            )
+        if fsdp.hybrid_shard_size is not None:
+            yield FieldError(
+                "distributed.fsdp.hybrid_shard_size",
+                f"only for strategy fsdp with sharding hybrid_shard, not {d.strategy!r}",
+            )
+        return
+    # fsdp+tp runs every sharding (a dp_replicate x dp_shard x tp mesh); its shard groups
+    # are made of data-parallel ranks, num_workers / tensor_parallel_size of them.
+    size, workers = fsdp.hybrid_shard_size, spec.resources.num_workers
+    tp = d.tensor_parallel_size if d.strategy == "fsdp+tp" else 1
+    if size is not None and fsdp.sharding != "hybrid_shard":
+        yield FieldError(
+            "distributed.fsdp.hybrid_shard_size",
+            f"only with sharding hybrid_shard (sharding is {fsdp.sharding!r}); remove it",
+        )
+    elif size is not None and (workers // tp) % size != 0:
+        what = "resources.num_workers" if tp == 1 else "num_workers / tensor_parallel_size"
+        yield FieldError(
+            "distributed.fsdp.hybrid_shard_size",
+            f"must divide {what} ({workers // tp}); {size} does not",
+        )
+
+
+def _deepspeed_options(spec: JobSpec) -> Iterator[FieldError]:
+    strategy, ds = spec.distributed.strategy, spec.distributed.deepspeed
+    if strategy == "deepspeed":
+        return
+    fsdp_hint = "; FSDP offloads with distributed.fsdp.cpu_offload" if strategy == "fsdp" else ""
+    for name, on in (
+        ("offload_optimizer", ds.offload_optimizer),
+        ("offload_param", ds.offload_param),
+    ):
+        if on:
+            yield FieldError(
+                f"distributed.deepspeed.{name}",
+                f"only for strategy deepspeed, not {strategy!r}{fsdp_hint}",
+            )
+    if ds.config is not None:
+        yield FieldError(
+            "distributed.deepspeed.config",
+            f"only for strategy deepspeed, not {strategy!r}; remove it or set strategy: deepspeed",
+        )
+
+
+def _fp16_master_weights(spec: JobSpec) -> Iterator[FieldError]:
+    if spec.training.fp16 and spec.model.dtype == "float16":
+        yield FieldError(
+            "model.dtype",
+            "fp16 mixed precision needs float32 parameters (the grad scaler cannot unscale "
+            "float16 gradients); set model.dtype: float32",
+        )

@@ -1,0 +1,37 @@
+"""API words shared by the client, the service and the database: the one list of each.
+
+Job statuses (and which are terminal or active), priorities and their scheduling rank.
+The spec's own enums (tasks, optimizers, strategies, ...) are ``Literal`` types in
+``shunter.jobspec.models``; this module holds the words that are not spec fields but that
+every reader of the API must agree on. Pure stdlib.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+__all__ = [
+    "ACTIVE_STATUSES",
+    "JOB_STATUSES",
+    "PRIORITIES",
+    "PRIORITY_RANK",
+    "TERMINAL_STATUSES",
+    "JobStatusName",
+    "Priority",
+]
+
+# paused: checkpointed and held on request (``POST /v1/jobs/{id}/pause``) until resumed.
+JobStatusName = Literal[
+    "queued", "starting", "running", "cancelling", "succeeded", "failed", "cancelled", "paused"
+]
+JOB_STATUSES: tuple[str, ...] = get_args(JobStatusName)
+# Terminal: the job never changes again unless resumed (failed/cancelled -> queued).
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+# Active: an attempt holds (or is acquiring) cluster resources.
+ACTIVE_STATUSES: frozenset[str] = frozenset({"starting", "running", "cancelling"})
+
+Priority = Literal["low", "normal", "high"]
+PRIORITIES: tuple[str, ...] = get_args(Priority)
+# Scheduling order: a lower rank is placed first.
+PRIORITY_RANK: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}

@@ -1,0 +1,284 @@
+"""The DeepSpeed config dict: ours, the user's pass-through merged over it, ``"auto"`` filled.
+
+Pure (stdlib only, no torch, no process group), so it is unit-tested on its own.
+
+1. Ours, from ``ParallelConfig`` and ``TrainingValues``: batch sizes and accumulation
+   (``train_batch_size = micro x accumulation x world``, DeepSpeed's own identity), clipping,
+   ZeRO stage and offload, precision, and the switches that let a plain torch optimizer run.
+2. The user's ``distributed.deepspeed.config`` is merged over it, key by key.
+3. ``"auto"`` is replaced by the spec's value wherever Hugging Face's integration fills it
+   (``HfTrainerDeepSpeedConfig.trainer_config_process`` and ``trainer_config_finalize``,
+   transformers 5.23): batch sizes, accumulation, ``gradient_clipping``, the optimizer's
+   ``lr/betas/eps/weight_decay``, the scheduler's ``warmup_min_lr/warmup_max_lr/
+   warmup_num_steps/total_num_steps``, ``fp16/bf16.enabled`` and the hidden-size-based ZeRO
+   buckets. A value that is not ``"auto"`` and contradicts the spec is an error listing every
+   mismatch (as HF does), and so is an ``"auto"`` nothing can fill.
+
+The ``optimizer`` and ``scheduler`` blocks describe what ``training.optim`` and
+``training.lr_scheduler_type`` already build as torch objects (DeepSpeed's fused optimizers
+JIT-compile C++ for minutes). So they are checked against the spec, type included, and then
+dropped: the run uses the torch optimizer and the schedule the spec names, with the same values.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trainer_core.parallel.config import ParallelConfig
+
+__all__ = ["DeepSpeedConfigError", "TrainingValues", "deepspeed_config"]
+
+_WHERE = "distributed.deepspeed.config"
+# DeepSpeed optimizer type (lower case) -> the training.optim values it stands for.
+_OPTIMIZERS = {
+    "adamw": ("adamw_torch", "adamw_torch_fused"),
+    "adam": ("adamw_torch", "adamw_torch_fused"),  # adam_w_mode defaults to true
+    "lion": ("lion",),
+}
+# DeepSpeed scheduler type -> training.lr_scheduler_type (the same curve, linear warmup).
+_SCHEDULERS = {
+    "WarmupLR": "constant_with_warmup",
+    "WarmupDecayLR": "linear",
+    "WarmupCosineLR": "cosine",
+}
+_OPTIMIZER_PARAMS = frozenset({"lr", "betas", "eps", "weight_decay", "torch_adam", "adam_w_mode"})
+
+
+class DeepSpeedConfigError(ValueError):
+    """The pass-through config contradicts the spec or has an ``"auto"`` nobody fills."""
+
+
+class _Training(Protocol):
+    """The ``training`` fields read here (a JobSpec's ``TrainingSpec`` or trainer_core's
+    config both have them)."""
+
+    @property
+    def gradient_accumulation_steps(self) -> int: ...
+    @property
+    def learning_rate(self) -> float: ...
+    @property
+    def adam_beta1(self) -> float: ...
+    @property
+    def adam_beta2(self) -> float: ...
+    @property
+    def adam_epsilon(self) -> float: ...
+    @property
+    def weight_decay(self) -> float: ...
+    @property
+    def optim(self) -> str: ...
+    @property
+    def lr_scheduler_type(self) -> str: ...
+    @property
+    def warmup_steps(self) -> int: ...
+    @property
+    def warmup_ratio(self) -> float: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingValues:
+    """What ``"auto"`` stands for beyond ``ParallelConfig``; ``None`` = not known here (an
+    ``"auto"`` that needs it is an error). ``total_steps`` is known when ``max_steps`` is set."""
+
+    gradient_accumulation_steps: int = 1
+    learning_rate: float | None = None
+    betas: tuple[float, float] | None = None
+    epsilon: float | None = None
+    weight_decay: float | None = None
+    optim: str | None = None
+    lr_scheduler_type: str | None = None
+    warmup_steps: int | None = None
+    total_steps: int | None = None
+
+    @classmethod
+    def from_training(cls, t: _Training, *, total_steps: int | None) -> TrainingValues:
+        warmup: int | None = t.warmup_steps
+        if not t.warmup_steps:  # a ratio becomes steps only once the total is known
+            warmup = None if total_steps is None else math.ceil(t.warmup_ratio * total_steps)
+        return cls(
+            gradient_accumulation_steps=t.gradient_accumulation_steps,
+            learning_rate=t.learning_rate,
+            betas=(t.adam_beta1, t.adam_beta2),
+            epsilon=t.adam_epsilon,
+            weight_decay=t.weight_decay,
+            optim=t.optim,
+            lr_scheduler_type=t.lr_scheduler_type,
+            warmup_steps=warmup,
+            total_steps=total_steps,
+        )
+
+
+def deepspeed_config(
+    cfg: ParallelConfig,
+    *,
+    world_size: int,
+    cuda: bool,
+    training: TrainingValues | None = None,
+    hidden_size: int | None = None,
+) -> dict[str, Any]:
+    """The config for ``deepspeed.initialize`` (see the module docstring for the layers)."""
+    t = training or TrainingValues()
+    accum = t.gradient_accumulation_steps
+    zero: dict[str, Any] = {"stage": cfg.deepspeed_stage}
+    if cfg.offload_optimizer:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": cuda}
+    if cfg.offload_param:
+        zero["offload_param"] = {"device": "cpu", "pin_memory": cuda}
+    ours: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": accum,
+        "train_batch_size": cfg.micro_batch_size * accum * world_size,
+        "gradient_clipping": cfg.max_grad_norm or 0.0,
+        "zero_optimization": zero,
+        "bf16": {"enabled": cfg.bf16},
+        "fp16": {"enabled": cfg.fp16},
+        # We pass a plain torch optimizer on purpose (no JIT-compiled ops).
+        "zero_allow_untested_optimizer": True,
+        "zero_force_ds_cpu_optimizer": False,
+        "steps_per_print": 1 << 30,
+        "wall_clock_breakdown": False,
+    }
+    user = copy.deepcopy(dict(cfg.deepspeed_config or {}))
+    problems: list[str] = []
+    for dotted, value, must_match in _auto_values(ours, t, hidden_size, cfg.deepspeed_stage):
+        _fill(user, dotted, value, must_match=must_match, problems=problems)
+    problems += _check_optimizer(user.pop("optimizer", None), t)
+    problems += _check_scheduler(user.pop("scheduler", None), t)
+    problems += [f"{_WHERE}.{k} is 'auto' but nothing fills it; give a value" for k in _autos(user)]
+    if problems:
+        raise DeepSpeedConfigError(
+            "DeepSpeed config disagrees with the spec:\n- "
+            + "\n- ".join(problems)
+            + "\nSet these values to 'auto' (filled from the spec) or remove them."
+        )
+    return _merge(ours, user)
+
+
+def _auto_values(
+    ours: dict[str, Any], t: TrainingValues, hidden: int | None, stage: int
+) -> list[tuple[str, Any, bool]]:
+    """(dotted key, the spec's value or None if unknown, must a given value match it)."""
+    values: list[tuple[str, Any, bool]] = [
+        ("train_micro_batch_size_per_gpu", ours["train_micro_batch_size_per_gpu"], True),
+        ("gradient_accumulation_steps", ours["gradient_accumulation_steps"], True),
+        ("train_batch_size", ours["train_batch_size"], True),
+        ("gradient_clipping", ours["gradient_clipping"], True),
+        ("zero_optimization.stage", stage, True),
+        ("fp16.enabled", ours["fp16"]["enabled"], True),
+        ("bf16.enabled", ours["bf16"]["enabled"], True),
+        ("optimizer.params.lr", t.learning_rate, True),
+        ("optimizer.params.betas", None if t.betas is None else list(t.betas), True),
+        ("optimizer.params.eps", t.epsilon, True),
+        ("optimizer.params.weight_decay", t.weight_decay, True),
+        ("scheduler.params.warmup_min_lr", 0, True),
+        ("scheduler.params.warmup_max_lr", t.learning_rate, True),
+        ("scheduler.params.total_num_steps", t.total_steps, True),
+        (
+            "scheduler.params.warmup_num_steps",
+            None if t.warmup_steps is None else max(1, t.warmup_steps),
+            True,
+        ),
+    ]
+    h2 = None if hidden is None else hidden * hidden
+    values += [
+        ("zero_optimization.reduce_bucket_size", h2, False),
+        (
+            "zero_optimization.stage3_prefetch_bucket_size",
+            None if h2 is None else int(0.9 * h2),
+            False,
+        ),
+        (
+            "zero_optimization.stage3_param_persistence_threshold",
+            None if hidden is None else 10 * hidden,
+            False,
+        ),
+    ]
+    return values
+
+
+def _fill(
+    config: dict[str, Any], dotted: str, value: Any, *, must_match: bool, problems: list[str]
+) -> None:
+    *parents, key = dotted.split(".")
+    node: Any = config
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or key not in node:
+        return
+    given = node[key]
+    if given == "auto":
+        if value is not None:
+            node[key] = value
+        return
+    if must_match and value is not None and not _same(given, value):
+        problems.append(f"{_WHERE}.{dotted} is {given!r} but the spec implies {value!r}")
+
+
+def _same(given: Any, ours: Any) -> bool:
+    # bool is an int in Python: `stage: true` is not stage 1, `enabled: 1` is not true.
+    if isinstance(given, bool) != isinstance(ours, bool):
+        return False
+    if isinstance(given, list | tuple) and isinstance(ours, list | tuple):
+        return len(given) == len(ours) and all(
+            _same(a, b) for a, b in zip(given, ours, strict=True)
+        )
+    return bool(given == ours)
+
+
+def _check_optimizer(block: Any, t: TrainingValues) -> list[str]:
+    if block is None:
+        return []
+    if not isinstance(block, Mapping):
+        return [f"{_WHERE}.optimizer must be an object {{type, params}}"]
+    kind = str(block.get("type", "")).lower()
+    problems: list[str] = []
+    if t.optim is not None and t.optim not in _OPTIMIZERS.get(kind, ()):
+        problems.append(
+            f"{_WHERE}.optimizer.type {block.get('type')!r} is not training.optim "
+            f"{t.optim!r}; the optimizer is training.optim (AdamW for adamw_torch, Lion for lion)"
+        )
+    params = block.get("params") or {}
+    unknown = sorted(set(params) - _OPTIMIZER_PARAMS) if isinstance(params, Mapping) else []
+    if unknown:
+        problems.append(f"{_WHERE}.optimizer.params {unknown} have no training.* equivalent")
+    if isinstance(params, Mapping) and params.get("adam_w_mode") is False:
+        problems.append(f"{_WHERE}.optimizer.params.adam_w_mode false: training.optim is AdamW")
+    return problems
+
+
+def _check_scheduler(block: Any, t: TrainingValues) -> list[str]:
+    if block is None:
+        return []
+    if not isinstance(block, Mapping):
+        return [f"{_WHERE}.scheduler must be an object {{type, params}}"]
+    kind = block.get("type")
+    problems: list[str] = []
+    if t.lr_scheduler_type is not None and _SCHEDULERS.get(str(kind)) != t.lr_scheduler_type:
+        want = [k for k, v in _SCHEDULERS.items() if v == t.lr_scheduler_type]
+        problems.append(
+            f"{_WHERE}.scheduler.type {kind!r} is not training.lr_scheduler_type "
+            f"{t.lr_scheduler_type!r}" + (f"; use {want[0]!r}" if want else "; remove the block")
+        )
+    params = block.get("params") or {}
+    if isinstance(params, Mapping) and params.get("warmup_type", "linear") != "linear":
+        problems.append(f"{_WHERE}.scheduler.params.warmup_type: the spec's warmup is linear")
+    return problems
+
+
+def _autos(node: Any, prefix: str = "") -> list[str]:
+    if isinstance(node, Mapping):
+        return [k for key, v in node.items() for k in _autos(v, f"{prefix}{key}.")]
+    return [prefix.rstrip(".")] if node == "auto" else []
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -1,0 +1,128 @@
+"""``seq2seq``: an encoder-decoder (e.g. T5 from a config) maps ``text_field`` to
+``target_field``.
+
+Rows: source tokens as ``input_ids``; target tokens as ``labels``. The collator pads labels
+with -100 and builds ``decoder_input_ids`` (labels shifted right, starting with the model's
+``decoder_start_token_id``), so the forward never needs the labels. Loss: token
+cross-entropy over target tokens (label smoothing applies). Metric ``eval_rouge_l``: the
+ROUGE-L F-measure (longest common subsequence) between the greedy teacher-forced prediction
+and the target, token ids, averaged over examples; computed here, nothing downloaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedTokenizerBase
+
+from trainer_core.config import DataConfig, TrainingConfig
+from trainer_core.tasks.base import Collator, TaskOps, pad_to
+
+__all__ = ["OPS", "Seq2SeqCollator", "rouge_l"]
+
+
+def _encode(
+    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
+) -> dict[str, Any]:
+    for name in (cfg.text_field, cfg.target_field):
+        if name is None or name not in rows:
+            raise ValueError(f"data field {name!r} not in the data's columns {list(rows)}")
+    assert cfg.target_field is not None
+    out = dict(
+        tok([str(t) for t in rows[cfg.text_field]], truncation=True, max_length=cfg.max_length)
+    )
+    targets = tok(
+        [str(t) for t in rows[cfg.target_field]], truncation=True, max_length=cfg.max_length
+    )
+    out["labels"] = targets["input_ids"]
+    return out
+
+
+class Seq2SeqCollator:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, config: Any) -> None:
+        self.tokenizer = tokenizer
+        self.pad_id = int(tokenizer.pad_token_id)
+        start = getattr(config, "decoder_start_token_id", None)
+        self.start_id = int(start) if start is not None else self.pad_id
+
+    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        inputs = [{k: v for k, v in r.items() if k != "labels"} for r in rows]
+        batch = self.tokenizer.pad(inputs, return_tensors="pt")
+        labels = pad_to([r["labels"] for r in rows], -100)
+        decoder = labels.new_full(labels.shape, self.pad_id)
+        decoder[:, 0] = self.start_id
+        decoder[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, self.pad_id)
+        return {**batch, "decoder_input_ids": decoder, "labels": labels}
+
+
+def _collator(tok: PreTrainedTokenizerBase, config: Any) -> Collator:
+    return Seq2SeqCollator(tok, config)
+
+
+def _terms(
+    output: Any, labels: torch.Tensor, smoothing: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = output.logits
+    flat = logits.reshape(-1, logits.size(-1)).float()
+    target = labels.reshape(-1)
+    summed = F.cross_entropy(
+        flat, target, ignore_index=-100, reduction="sum", label_smoothing=smoothing
+    )
+    return summed, (target != -100).sum()
+
+
+def _loss(
+    output: Any, labels: torch.Tensor, tc: TrainingConfig
+) -> tuple[torch.Tensor, torch.Tensor]:
+    return _terms(output, labels, tc.label_smoothing_factor)
+
+
+def rouge_l(prediction: list[int], reference: list[int]) -> float:
+    """ROUGE-L F1 of two token sequences: 2PR/(P+R) with P, R from their LCS length."""
+    if not prediction or not reference:
+        return float(prediction == reference)
+    prev = [0] * (len(reference) + 1)
+    for p in prediction:
+        cur = [0]
+        for j, r in enumerate(reference):
+            cur.append(prev[j] + 1 if p == r else max(prev[j + 1], cur[j]))
+        prev = cur
+    lcs = prev[-1]
+    if lcs == 0:
+        return 0.0
+    precision, recall = lcs / len(prediction), lcs / len(reference)
+    return 2 * precision * recall / (precision + recall)
+
+
+def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
+    summed, count = _terms(output, labels, 0.0)
+    pred = output.logits.argmax(-1).tolist()  # host sync (eval only)
+    gold = labels.tolist()
+    total = 0.0
+    for p, g in zip(pred, gold, strict=True):
+        keep = [i for i, t in enumerate(g) if t != -100]
+        total += rouge_l([p[i] for i in keep], [g[i] for i in keep])
+    n = summed.new_tensor(float(len(gold)))
+    return torch.stack([summed.float(), count.float(), summed.new_tensor(total), n])
+
+
+def _metrics(stats: list[float]) -> dict[str, float]:
+    return {
+        "eval_loss": stats[0] / max(stats[1], 1.0),
+        "eval_rouge_l": stats[2] / max(stats[3], 1.0),
+    }
+
+
+OPS = TaskOps(
+    name="seq2seq",
+    auto_class="AutoModelForSeq2SeqLM",
+    peft_task="SEQ_2_SEQ_LM",
+    encode=_encode,
+    collator=_collator,
+    loss=_loss,
+    target_count=lambda labels: int((labels != -100).sum()),
+    eval_stats=_eval_stats,
+    metrics=_metrics,
+)

@@ -1,0 +1,144 @@
+"""``ApiCallback``: a Ray Train ``UserCallback`` that registers committed checkpoints with the API.
+
+It runs in the Ray Train controller actor (not in the driver, not in a worker), so it
+carries only plain values and opens its own ``InternalApi`` lazily. A checkpoint is
+registered after Ray has committed the report of every rank: its step (from rank 0's
+metrics), its directory, size in bytes, rank 0's metrics, and whether its manifest verifies
+(``trainer_core.manifest.verify_checkpoint``: every file's size and SHA-256; it imports no
+torch, which this process otherwise never needs). An API error is logged, never raised: a
+callback exception would fail the training run.
+
+``RestartWatch`` turns Ray Train's own restarts of the worker group (``FailureConfig``: a worker
+died, e.g. SIGKILL or a lost node) into API events: the lost worker's rank and node, the cause,
+and the step the new group resumes from (the newest checkpoint Ray committed in this run, else
+the attempt's ``resume_from``). It uses Ray Train's internal callback interfaces
+(``ReportCallback`` + ``WorkerGroupCallback``, as Ray's own ``CheckpointManager`` does): the
+public ``UserCallback`` sees neither worker-group starts nor the workers' nodes.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ray.train import Checkpoint, UserCallback
+from ray.train.v2._internal.execution.callback import ReportCallback, WorkerGroupCallback
+
+from worker.internal_api import ApiError, InternalApi
+
+__all__ = ["ApiCallback", "RestartWatch", "checkpoint_step", "dir_bytes"]
+
+log = logging.getLogger(__name__)
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+class ApiCallback(UserCallback):
+    def __init__(self, *, api_url: str, token: str, job_id: str, attempt: int) -> None:
+        self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
+        self._api: InternalApi | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_args": self._args, "_api": None}  # httpx clients do not pickle
+
+    def _client(self) -> InternalApi:
+        if self._api is None:
+            self._api = InternalApi(**self._args)  # type: ignore[arg-type]
+        return self._api
+
+    def after_report(
+        self,
+        run_context: Any,
+        metrics: list[dict[str, Any]],
+        checkpoint: Checkpoint | None,
+    ) -> None:
+        if checkpoint is None:
+            return
+        from trainer_core.manifest import verify_checkpoint
+
+        path = Path(checkpoint.path)
+        rank0 = dict(metrics[0]) if metrics else {}
+        step = int(rank0.pop("step", 0))
+        problem = verify_checkpoint(path)
+        if problem is not None:
+            log.warning("checkpoint %s does not verify: %s", path, problem)
+        numeric = {k: float(v) for k, v in rank0.items() if isinstance(v, int | float)}
+        try:
+            self._client().checkpoint(
+                step=step,
+                uri=str(path),
+                nbytes=dir_bytes(path),
+                metrics=numeric,
+                verified=problem is None,
+            )
+        except ApiError as e:
+            log.warning("checkpoint %s not registered: %s", path, e)
+
+
+def checkpoint_step(path: str | None) -> int:
+    """The step of a ``checkpoint-<step>`` directory (trainer_core's naming); 0 for none."""
+    if not path:
+        return 0
+    name = Path(path).name
+    tail = name.rpartition("-")[2]
+    return int(tail) if name.startswith("checkpoint-") and tail.isdigit() else 0
+
+
+def _lost_rank(errors: dict[int, str]) -> int | None:
+    """The rank that died: a dead actor's error wins over the survivors' collateral errors."""
+    dead = [r for r, e in errors.items() if "ActorDied" in e or "RayActorError" in e]
+    return min(dead or errors) if errors else None
+
+
+class RestartWatch(ReportCallback, WorkerGroupCallback):
+    """Reports each worker-group restart inside this attempt (runs in the Train controller)."""
+
+    def __init__(
+        self, *, api_url: str, token: str, job_id: str, attempt: int, resume_from: str | None
+    ) -> None:
+        self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
+        self._api: InternalApi | None = None
+        self._step = checkpoint_step(resume_from)  # where a new group would resume
+        self._groups = 0
+        self._nodes: dict[int, str] = {}  # world rank -> node IP of the current group
+        self._errors: dict[int, str] = {}  # world rank -> "Type: message" seen by polls
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_api": None}
+
+    def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
+        if getattr(training_report, "checkpoint", None) is not None and metrics:
+            self._step = int(metrics[0].get("step", self._step))
+
+    def after_worker_group_poll_status(self, worker_group_status: Any) -> None:
+        for rank, error in worker_group_status.errors.items():
+            self._errors.setdefault(int(rank), f"{type(error).__name__}: {error}")
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        self._groups += 1
+        if self._groups > 1:
+            self._report_restart()
+        self._errors = {}
+        self._nodes = {
+            int(w.distributed_context.world_rank): str(w.metadata.node_ip)
+            for w in worker_group.get_workers()
+        }
+
+    def _report_restart(self) -> None:
+        rank = _lost_rank(self._errors)
+        cause = self._errors.get(rank, "") if rank is not None else ""
+        cause = cause.strip().splitlines()[0] if cause.strip() else "the worker group failed"
+        try:
+            if self._api is None:
+                self._api = InternalApi(**self._args)  # type: ignore[arg-type]
+            self._api.restart(
+                rank=rank,
+                node=self._nodes.get(rank) if rank is not None else None,
+                cause=cause,
+                resumed_from_step=self._step,
+            )
+        except ApiError as e:
+            log.warning("worker-group restart not reported: %s", e)

@@ -1,0 +1,357 @@
+"""The driver's and workers' client for the service's internal API (per-attempt token).
+
+Everything is under ``/v1/internal/jobs/{job_id}/attempts/{attempt}/`` (docs/contracts.md).
+Transient failures (connection errors, 5xx, 429) are retried with capped exponential
+backoff; a 409 means this attempt has been fenced (lost, superseded, job terminal) and is
+raised at once so the caller stops the run. ``MetricsSender`` is the non-blocking side
+channel for per-step metrics: ``put()`` never blocks training; a background thread ships
+batches; the buffer is bounded (oldest points are dropped, and counted, when the API stays
+down longer than the buffer lasts). ``StopWatch`` is rank 0's ear for checkpoint-now requests
+(preemption, pause): it polls the heartbeat and holds the reason once one arrives.
+
+Exceptions::
+
+    ApiError
+     ├── AttemptFenced     409: stop this attempt, write nothing more
+     ├── ApiRejected       other 4xx (a bug or a bad token): not retried
+     └── ApiUnavailable    retries exhausted on transient errors
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+__all__ = [
+    "ApiError",
+    "ApiRejected",
+    "ApiUnavailable",
+    "AttemptFenced",
+    "InternalApi",
+    "MetricsSender",
+    "RetryPolicy",
+    "StopWatch",
+]
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(RuntimeError):
+    """Base of this module's errors."""
+
+
+class AttemptFenced(ApiError):
+    """The API answered 409: this attempt is no longer the job's active attempt."""
+
+
+class ApiRejected(ApiError):
+    """A 4xx other than 409/429: retrying would not help."""
+
+    def __init__(self, status_code: int, body: str) -> None:
+        super().__init__(f"internal API rejected the request: {status_code} {body[:500]}")
+        self.status_code = status_code
+
+
+class ApiUnavailable(ApiError):
+    """Transient errors persisted past the retry budget."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetryPolicy:
+    """Capped exponential backoff with jitter. ``attempts`` counts the first try too."""
+
+    attempts: int = 6
+    base_s: float = 0.2
+    max_s: float = 5.0
+
+    def delay(self, retry: int) -> float:
+        """Seconds to sleep before retry number ``retry`` (1-based); full jitter on half."""
+        capped: float = min(self.max_s, self.base_s * (2 ** (retry - 1)))
+        return capped / 2 + random.uniform(0, capped / 2)
+
+
+_TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class InternalApi:
+    """Typed calls to the internal endpoints of one attempt. Thread-safe (httpx.Client is)."""
+
+    def __init__(
+        self,
+        *,
+        api_url: str,
+        token: str,
+        job_id: str,
+        attempt: int,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+        timeout_s: float = 10.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.job_id = job_id
+        self.attempt = attempt
+        self._retry = retry or RetryPolicy()
+        self._sleep = sleep
+        self._http = httpx.Client(
+            base_url=f"{api_url.rstrip('/')}/v1/internal/jobs/{job_id}/attempts/{attempt}/",
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=timeout_s,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        content: bytes | None = None,
+        params: dict[str, Any] | None = None,
+    ) -> Any:
+        """One call with retries (JSON ``body``, or raw ``content``); the decoded JSON reply."""
+        last = ""
+        for n in range(1, self._retry.attempts + 1):
+            try:
+                r = self._http.request(method, path, json=body, content=content, params=params)
+            except httpx.TransportError as e:
+                last = f"{type(e).__name__}: {e}"
+            else:
+                if r.status_code == 409:
+                    raise AttemptFenced(f"attempt {self.attempt} fenced: {r.text[:300]}")
+                if r.status_code < 400:
+                    return r.json() if r.content else None
+                if r.status_code not in _TRANSIENT_STATUS:
+                    raise ApiRejected(r.status_code, r.text)
+                last = f"HTTP {r.status_code}"
+            if n < self._retry.attempts:
+                self._sleep(self._retry.delay(n))
+        raise ApiUnavailable(
+            f"{method} {path}: gave up after {self._retry.attempts} tries ({last})"
+        )
+
+    # -- the endpoints -------------------------------------------------------------------
+    def spec(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("GET", "spec")
+        return out
+
+    def heartbeat(self) -> dict[str, Any]:
+        out: dict[str, Any] = self.request("POST", "heartbeat", {})
+        return out
+
+    def status(
+        self,
+        status: str,
+        *,
+        error: dict[str, str] | None = None,
+        final_model_uri: str | None = None,
+        step: int | None = None,
+    ) -> None:
+        """``step``: with ``preempted``, the step the attempt checkpointed at."""
+        body: dict[str, Any] = {
+            "status": status,
+            "error": error,
+            "final_model_uri": final_model_uri,
+        }
+        if step is not None:
+            body["step"] = step
+        self.request("POST", "status", body)
+
+    def restart(
+        self, *, rank: int | None, node: str | None, cause: str, resumed_from_step: int
+    ) -> None:
+        """Ray Train restarted the worker group of this attempt (a worker was lost)."""
+        body = {
+            "rank": rank,
+            "node": node,
+            "cause": cause[:2000] or "unknown",
+            "resumed_from_step": resumed_from_step,
+        }
+        self.request("POST", "restarts", body)
+
+    def metrics(self, points: list[dict[str, Any]], progress: dict[str, Any] | None = None) -> None:
+        self.request("POST", "metrics", {"points": points, "progress": progress})
+
+    def checkpoint(
+        self, *, step: int, uri: str, nbytes: int, metrics: dict[str, Any], verified: bool
+    ) -> dict[str, Any]:
+        body = {"step": step, "uri": uri, "bytes": nbytes, "metrics": metrics, "verified": verified}
+        out: dict[str, Any] = self.request("POST", "checkpoints", body)
+        return out
+
+
+class MetricsSender:
+    """Background batching of metric points to ``POST metrics``.
+
+    ``put`` appends to a bounded deque and returns at once (O(1), no I/O). The thread wakes
+    every ``interval_s`` (or when ``batch_size`` points wait), sends up to ``batch_size``
+    points, and on a transient failure keeps them for the next round. On 409 it sets
+    ``fenced`` and stops sending; the owner checks ``fenced`` and stops the run.
+    ``flush`` waits (bounded) until everything put so far has been delivered: the reporter
+    calls it before a checkpoint is reported, so a registered checkpoint at step N implies
+    the API holds the metrics of steps <= N. Without that, losing rank 0 right after the
+    checkpoint loses the last second of points for good, since a resume retrains only the
+    steps after N.
+    """
+
+    def __init__(
+        self,
+        api: InternalApi,
+        *,
+        max_points: int = 10_000,
+        batch_size: int = 500,
+        interval_s: float = 1.0,
+    ) -> None:
+        self._api = api
+        # (sequence number, point): the number lets a sent batch be removed exactly even if
+        # the deque dropped old points while the batch was in flight.
+        self._buf: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(
+            maxlen=max_points
+        )
+        self._seq = 0
+        self._progress: dict[str, Any] | None = None
+        self._batch_size = batch_size
+        self._interval_s = interval_s
+        self._cv = threading.Condition()
+        self._closing = False
+        self._flushing = 0  # callers waiting in flush(): send now, not after interval_s
+        self.dropped = 0
+        self.sent = 0
+        self.fenced = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shunter-metrics", daemon=True)
+        self._thread.start()
+
+    def put(
+        self, step: int, metrics: dict[str, float], progress: dict[str, Any] | None = None
+    ) -> None:
+        now = datetime.now(UTC).isoformat()
+        with self._cv:
+            for name, value in metrics.items():
+                if len(self._buf) == self._buf.maxlen:
+                    self.dropped += 1  # deque drops the oldest on append
+                self._seq += 1
+                point = {"step": step, "name": name, "value": float(value), "time": now}
+                self._buf.append((self._seq, point))
+            if progress is not None:
+                self._progress = progress
+            if len(self._buf) >= self._batch_size:
+                self._cv.notify()
+
+    def pending(self) -> int:
+        with self._cv:
+            return len(self._buf)
+
+    def _take(self) -> tuple[int, list[dict[str, Any]], dict[str, Any] | None]:
+        n = min(self._batch_size, len(self._buf))
+        last = self._buf[n - 1][0] if n else 0
+        return last, [self._buf[i][1] for i in range(n)], self._progress
+
+    def _send_once(self) -> bool:
+        """Send one batch; True when something was sent or nothing waited."""
+        with self._cv:
+            last_seq, batch, progress = self._take()
+        if not batch and progress is None:
+            return True
+        try:
+            self._api.metrics(batch, progress)
+        except AttemptFenced:
+            self.fenced.set()
+            return False
+        except ApiError as e:
+            log.warning("metrics batch not sent (will retry): %s", e)
+            return False
+        with self._cv:
+            while self._buf and self._buf[0][0] <= last_seq:
+                self._buf.popleft()
+            if self._progress is progress:
+                self._progress = None
+            self.sent += len(batch)
+            self._cv.notify_all()  # wakes flush() callers
+        return True
+
+    def flush(self, timeout_s: float = 30.0) -> bool:
+        """Block until every point put before this call is delivered; False on timeout or
+        when fenced (the API is down or refuses this attempt: training goes on regardless)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            target = self._seq
+            self._flushing += 1
+            self._cv.notify_all()
+            try:
+                while self._buf and self._buf[0][0] <= target and not self.fenced.is_set():
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self._thread.is_alive():
+                        return False
+                    self._cv.wait(min(left, 0.5))
+            finally:
+                self._flushing -= 1
+        return not self.fenced.is_set()
+
+    def _run(self) -> None:
+        while not self.fenced.is_set():
+            with self._cv:
+                if not (self._closing or self._flushing) and len(self._buf) < self._batch_size:
+                    self._cv.wait(self._interval_s)
+                closing = self._closing
+            ok = self._send_once()
+            if closing and (not ok or not self._buf):
+                return
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Flush what is buffered (best effort within ``timeout_s``) and stop the thread."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify()
+        self._thread.join(timeout_s)
+
+
+class StopWatch:
+    """Polls ``POST heartbeat`` every ``interval_s`` in a daemon thread; once a reply says
+    ``checkpoint_now``, ``reason`` holds ``"<cause>: <detail>"`` for good and polling stops.
+
+    ``reason`` is a plain attribute read at every step boundary (no I/O, no lock: one
+    reference assignment). API errors are logged and retried at the next poll; a 409 ends the
+    polling (the driver's own heartbeat ends a fenced attempt).
+    """
+
+    def __init__(self, api: InternalApi, *, interval_s: float = 2.0) -> None:
+        self._api = api
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self.reason: str | None = None
+        self._thread = threading.Thread(target=self._run, name="shunter-stopwatch", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> bool:
+        """One heartbeat; True when polling should end (a request arrived, or fenced)."""
+        try:
+            reply = self._api.heartbeat()
+        except AttemptFenced:
+            return True
+        except ApiError as e:
+            log.warning("stop-request poll failed (will retry): %s", e)
+            return False
+        if reply.get("checkpoint_now"):
+            cause = reply.get("stop_cause") or "preempt"
+            self.reason = f"{cause}: {reply.get('stop_detail') or 'no reason given'}"
+            return True
+        return False
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            if self.poll():
+                return
+
+    def close(self) -> None:
+        self._stop.set()
