@@ -21,6 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Ray nodes started by tests (ray.cluster_utils.Cluster, embedded heads) stay on 127.0.0.1
 # instead of Ray's default of the machine's outward IP; read by Ray at import, so set first.
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Tests send hundreds of requests from one client; the per-client rate limit is tested on
+# its own (tests/security/test_rate_limit.py passes rate_limit_per_minute explicitly).
+os.environ.setdefault("SHUNTER_RATE_LIMIT_PER_MINUTE", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO / ".." / "shared" / "data").resolve()

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from harness import tiny_llama_spec, wait_for
+from harness import MINILM_DIR, tiny_llama_spec, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -154,7 +154,7 @@ def _serve(
         "SHUNTER_ADMIN_TOKEN": admin,
         "SHUNTER_RAY_ADDRESS": head.dashboard_url,
         "SHUNTER_RAY_GCS_ADDRESS": head.gcs_address,
-        "SHUNTER_DATA_ROOTS": str(data),
+        "SHUNTER_DATA_ROOTS": f"{data}:{MINILM_DIR}",  # the data, and the tokenizer
         "SHUNTER_STORAGE": str(storage),
         "SHUNTER_HOST": "127.0.0.1",
         "SHUNTER_PORT": str(port),

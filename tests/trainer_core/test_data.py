@@ -29,10 +29,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="module")
 def tok():
-    return build_tokenizer(ModelConfig(name_or_path=MINILM))
+    return build_tokenizer(ModelConfig(name_or_path=MINILM, task="causal-lm"))
 
 
 def _load(tmp_path: Path, source: DataSource, task: str, tok, **cfg):
+    if task == "sequence-classification":
+        cfg.setdefault("label_field", "label")
     dc = DataConfig(train=source, **cfg)
     return load_tokenized(source, dc, task=task, tokenizer=tok, cache_root=tmp_path / "cache")
 
