@@ -43,6 +43,7 @@ from service.http.routes import (
     housekeeping,
     internal,
     jobs,
+    jobspec,
     openai,
     ops,
     teams,
@@ -124,6 +125,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         ops.router,
         openai.router,
         downloads.router,
+        jobspec.router,
     )
     app.include_router(docs.router)
     app.include_router(housekeeping.router)

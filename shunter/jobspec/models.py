@@ -15,8 +15,9 @@ involve more than one field live in ``shunter.jobspec.rules``; path resolution i
   a boolean field ``true``/``false``; ``"8"``, ``true`` for a count, ``8.0`` for an integer are
   422s naming the type expected. ``shunter.jobspec.parse`` reads YAML numbers as YAML does
   (plus ``5e-5``, a float in YAML 1.2). NaN and infinities are rejected everywhere.
-- Every field has a ``description``: the JSON schema (``JobSpec.model_json_schema()``, served
-  at ``GET /v1/jobspec.schema.json``) and ``docs/jobspec-reference.md`` are generated from it.
+- Every field has a ``description``: the JSON schema (``shunter.jobspec.schema``, served at
+  ``GET /v1/jobspec.schema.json``, committed as ``docs/jobspec.schema.json``) and
+  ``docs/jobspec-reference.md`` are generated from it (``scripts/gen_jobspec_docs.py``).
 """
 
 from __future__ import annotations
@@ -31,11 +32,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     JsonValue,
     StringConstraints,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 from shunter.jobspec.vocab import Priority
 
@@ -325,11 +329,25 @@ class DataSource(_Spec):
         return self
 
 
+class _PathShorthand:
+    """JSON schema of a data source field: the object, or the bare path string that
+    ``DataSource`` also takes (validation already does; this tells editors)."""
+
+    def __get_pydantic_json_schema__(
+        self, core_schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        path = {"type": "string", "minLength": 1, "maxLength": 4096}
+        return {"anyOf": [handler(core_schema), path]}
+
+
+DataSourceField = Annotated[DataSource, _PathShorthand()]
+
+
 class DataSpec(_Spec):
     """Training (and evaluation) data and how to turn rows into model inputs."""
 
-    train: DataSource = Field(description="the training dataset")
-    eval: DataSource | None = Field(
+    train: DataSourceField = Field(description="the training dataset: {path} or {hub}, or a path")
+    eval: DataSourceField | None = Field(
         None, description="evaluation dataset; needed by eval_strategy and best-model tracking"
     )
     text_field: Ident = Field("text", description="the column with the input text")
