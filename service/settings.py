@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.storage import storage_error
+
 __all__ = ["Settings"]
 
 
@@ -27,8 +29,11 @@ class Settings(BaseSettings):
     data_roots: Annotated[list[Path], NoDecode] = Field(default_factory=list)
     # Where job output dirs (checkpoints, final model) live: a local path, which on a multi-node
     # cluster must be a shared filesystem mounted at the same path on the API and every Ray
-    # node (NFS, CephFS, a ReadWriteMany volume). Object-store URIs are not supported.
+    # node (NFS, CephFS, a ReadWriteMany volume); or an S3-compatible bucket, s3://bucket/prefix
+    # (credentials from the standard AWS_* environment, passed on to the Ray jobs).
     storage: str = ""
+    # The S3 endpoint of a self-hosted store (MinIO, Ceph RGW); AWS_ENDPOINT_URL works too.
+    s3_endpoint_url: str = ""
     ray_address: str = ""  # empty = the launcher starts an embedded Ray head
     launcher: str = "worker.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
     host: str = "127.0.0.1"
@@ -122,11 +127,9 @@ class Settings(BaseSettings):
                 "SHUNTER_ADMIN_TOKEN must be 'shn_' and at least 32 random characters, e.g."
                 " shn_$(openssl rand -hex 24); or leave it unset to generate one"
             )
-        if "://" in self.storage:
-            raise ValueError(
-                f"SHUNTER_STORAGE={self.storage!r}: object stores are not supported; use a shared"
-                " filesystem path mounted at the same place on the API and every Ray node"
-            )
+        if (problem := storage_error(self.storage)) is not None:
+            raise ValueError(f"SHUNTER_STORAGE: {problem}")
+        self.storage = self.storage.rstrip("/") if "://" in self.storage else self.storage
         home = self.home.expanduser().resolve()
         self.home = home
         if not self.database_url:
