@@ -178,10 +178,11 @@ def test_pause_and_resume_over_http(
     r = client.post(f"/v1/jobs/{queued}/pause", headers=auth)
     assert r.status_code == 200 and r.json()["status"] == "paused"
     assert client.post(f"/v1/jobs/{queued}/pause", headers=auth).json()["status"] == "paused"
-    assert Scheduler(settings, db, launcher).tick().started == []  # paused is not placed
+    sched = Scheduler(settings, db, launcher)  # one instance: it holds the leader lease
+    assert sched.tick().started == []  # paused is not placed
 
     running = submit(client, admin_token)["id"]
-    assert Scheduler(settings, db, launcher).tick().started == [f"{running}-1"]
+    assert sched.tick().started == [f"{running}-1"]
     token = launcher.submitted[f"{running}-1"].attempt_token
     h = _run(client, running, 1, token)
     r = client.post(f"/v1/jobs/{running}/pause", headers=auth)

@@ -30,7 +30,8 @@ from service.jobs.states import (
 S = JobStatus
 
 # The table, written out independently of the code: DESIGN.md "Job states" + documented
-# extensions (starting -> failed/cancelling; failed|cancelled -> queued by resume).
+# extensions (starting -> failed/cancelling; failed|cancelled -> queued by resume) + pause
+# (docs/preemption.md: queued|starting|running -> paused; paused -> queued|cancelled).
 EXPECTED = {
     ("queued", "starting"), ("queued", "cancelled"),
     ("starting", "running"), ("starting", "queued"), ("starting", "failed"),
@@ -39,6 +40,8 @@ EXPECTED = {
     ("running", "cancelling"), ("running", "queued"),
     ("cancelling", "cancelled"),
     ("failed", "queued"), ("cancelled", "queued"),
+    ("queued", "paused"), ("starting", "paused"), ("running", "paused"),
+    ("paused", "queued"), ("paused", "cancelled"),
 }  # fmt: skip
 
 
