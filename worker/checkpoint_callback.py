@@ -3,7 +3,8 @@
 It runs in the Ray Train controller actor (not in the driver, not in a worker), so it
 carries only plain values and opens its own ``InternalApi`` lazily. A checkpoint is
 registered after Ray has committed the report of every rank: its step (from rank 0's
-metrics), its directory, size in bytes, rank 0's metrics, and whether its manifest verifies
+metrics), its directory (an ``s3://`` URI on object storage, verified by reading the stored
+objects: ``verify_stored``), size in bytes, rank 0's metrics, and whether its manifest verifies
 (``trainer_core.manifest.verify_checkpoint``: every file's size and SHA-256; it imports no
 torch, which this process otherwise never needs). An API error is logged, never raised: a
 callback exception would fail the training run.
@@ -18,6 +19,8 @@ public ``UserCallback`` sees neither worker-group starts nor the workers' nodes.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,9 +28,10 @@ from typing import Any
 from ray.train import Checkpoint, UserCallback
 from ray.train.v2._internal.execution.callback import ReportCallback, WorkerGroupCallback
 
+from service import storage
 from worker.internal_api import ApiError, InternalApi
 
-__all__ = ["ApiCallback", "RestartWatch", "checkpoint_step", "dir_bytes"]
+__all__ = ["ApiCallback", "RestartWatch", "checkpoint_step", "dir_bytes", "verify_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -59,23 +63,51 @@ class ApiCallback(UserCallback):
             return
         from trainer_core.manifest import verify_checkpoint
 
-        path = Path(checkpoint.path)
+        uri = storage.to_uri(checkpoint.filesystem, checkpoint.path)
         rank0 = dict(metrics[0]) if metrics else {}
         step = int(rank0.pop("step", 0))
-        problem = verify_checkpoint(path)
+        if storage.is_remote(uri):  # object storage: read the stored copy through the bucket
+            problem, nbytes = verify_stored(uri), sum(n for _, n in storage.list_files(uri))
+        else:
+            problem, nbytes = verify_checkpoint(Path(uri)), dir_bytes(Path(uri))
         if problem is not None:
-            log.warning("checkpoint %s does not verify: %s", path, problem)
+            log.warning("checkpoint %s does not verify: %s", uri, problem)
         numeric = {k: float(v) for k, v in rank0.items() if isinstance(v, int | float)}
         try:
             self._client().checkpoint(
                 step=step,
-                uri=str(path),
-                nbytes=dir_bytes(path),
+                uri=uri,
+                nbytes=nbytes,
                 metrics=numeric,
                 verified=problem is None,
             )
         except ApiError as e:
-            log.warning("checkpoint %s not registered: %s", path, e)
+            log.warning("checkpoint %s not registered: %s", uri, e)
+
+
+def verify_stored(uri: str) -> str | None:
+    """``verify_checkpoint`` for a checkpoint in object storage: every file in its manifest is
+    stored with that size and SHA-256 (streamed, never downloaded whole)."""
+    from trainer_core.manifest import MANIFEST
+
+    try:
+        files = json.loads(storage.read_bytes(storage.join(uri, MANIFEST)))["files"]
+    except FileNotFoundError:
+        return "no manifest.json (incomplete write)"
+    except (OSError, ValueError, KeyError) as exc:
+        return f"unreadable manifest: {exc}"
+    stored = dict(storage.list_files(uri))
+    for rel, meta in files.items():
+        if rel not in stored:
+            return f"{rel} is missing"
+        if stored[rel] != meta["size"]:
+            return f"{rel} has {stored[rel]} bytes, manifest says {meta['size']}"
+        digest = hashlib.sha256()
+        for chunk in storage.open_read(storage.join(uri, rel)):
+            digest.update(chunk)
+        if digest.hexdigest() != meta["sha256"]:
+            return f"{rel} does not match its SHA-256"
+    return None
 
 
 def checkpoint_step(path: str | None) -> int:

@@ -13,7 +13,9 @@ Reads its identity from the environment the launcher set (``SHUNTER_API_URL``,
    torch-free backend, ``worker.ray_trainer``): ``ScalingConfig`` from ``resources``,
    ``RunConfig(name=<job id's output dir name>, storage_path=<its parent>)`` so the
    checkpoints trainer_core writes in ``output_dir`` are inside Ray Train's run directory,
-   ``FailureConfig(max_restarts)``,
+   ``FailureConfig(max_restarts)``; on object storage (``output_dir`` an ``s3://`` URI) the run
+   directory is the job's prefix in the bucket, the workers train into node-local staging and
+   Ray Train uploads each checkpoint (``worker.staging``),
    ``CheckpointConfig(num_to_keep=None)`` (trainer_core prunes to ``save_total_limit``, see
    ``build_trainer``), the ``ApiCallback``;
 5. reports ``succeeded`` with ``final_model_uri``, or ``failed`` with ``error`` from
@@ -31,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import sys
 import threading
 import time
@@ -38,6 +41,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from service import storage
 from shunter.jobspec import JobSpec
 from worker.classify import ErrorInfo, classify
 from worker.internal_api import ApiError, AttemptFenced, InternalApi, RetryPolicy
@@ -123,10 +127,12 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
 
     from worker.checkpoint_callback import ApiCallback, RestartWatch
     from worker.ray_trainer import ShunterTrainer, TorchEnvConfig
+    from worker.staging import stage_dir
     from worker.train_fn import train_loop_per_worker
 
     spec = JobSpec.model_validate(payload["spec"])  # validated at submit; typed from here on
-    output_dir = Path(payload["output_dir"])
+    output_uri = str(payload["output_dir"])
+    output_dir = Path(output_uri)
     res = spec.resources
     per_worker: dict[str, float] = {"CPU": res.cpus_per_worker}
     if res.gpus_per_worker > 0:
@@ -141,26 +147,42 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
     }
     callback = ApiCallback(**identity)
     restarts = RestartWatch(**identity, resume_from=resume_from)  # restarts become events
+    loop_config: dict[str, Any] = {
+        "spec": spec.model_dump(mode="json"),
+        "output_dir": str(output_dir),
+        "resume_from": resume_from,
+        "total_steps": max_steps if max_steps > 0 else None,
+        # One tokenised-data cache for every job on this storage (keyed by data, tokenizer
+        # and settings): a second job on the same data skips tokenising.
+        "cache_dir": str(output_dir.parent / ".cache" / "tokenized"),
+    }
+    storage_kw: dict[str, Any] = {"name": output_dir.name, "storage_path": str(output_dir.parent)}
+    if storage.is_remote(output_uri):
+        # Object storage: the workers train into node-local staging and Ray Train uploads
+        # each checkpoint to <bucket>/<prefix>/<job>/checkpoint-<step> (worker.staging).
+        stage = stage_dir(identity["job_id"], identity["attempt"])
+        loop_config |= {
+            "output_dir": str(stage),
+            "storage_uri": output_uri,
+            "cache_dir": str(stage.parents[1] / ".cache" / "tokenized"),
+        }
+        fs, base = storage.resolve(output_uri)
+        storage_kw = {
+            "name": posixpath.basename(base),
+            "storage_path": posixpath.dirname(base),
+            "storage_filesystem": fs,  # carries the endpoint override (self-hosted S3)
+        }
     return ShunterTrainer(
         train_loop_per_worker,
         backend_config=TorchEnvConfig(),
-        train_loop_config={
-            "spec": spec.model_dump(mode="json"),
-            "output_dir": str(output_dir),
-            "resume_from": resume_from,
-            "total_steps": max_steps if max_steps > 0 else None,
-            # One tokenised-data cache for every job on this storage (keyed by data, tokenizer
-            # and settings): a second job on the same data skips tokenising.
-            "cache_dir": str(output_dir.parent / ".cache" / "tokenized"),
-        },
+        train_loop_config=loop_config,
         scaling_config=ScalingConfig(
             num_workers=res.num_workers,
             use_gpu=res.gpus_per_worker > 0,
             resources_per_worker=per_worker,
         ),
         run_config=RunConfig(
-            name=output_dir.name,
-            storage_path=str(output_dir.parent),
+            **storage_kw,
             failure_config=FailureConfig(max_failures=spec.max_restarts),
             # One owner prunes checkpoints: trainer_core, which keeps the newest
             # ``save_total_limit`` and the best (HF semantics, needed by
@@ -175,12 +197,12 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
     )
 
 
-def _result(output_dir: Path) -> dict[str, Any]:
+def _result(output_dir: str) -> dict[str, Any]:
     """Rank 0's ``TrainResult`` of this attempt ({} when it is missing or unreadable)."""
     from worker.train_fn import RESULT_FILE
 
     try:
-        result = json.loads((output_dir / RESULT_FILE).read_text())
+        result = json.loads(storage.read_bytes(storage.join(output_dir, RESULT_FILE)))
     except (OSError, ValueError):
         return {}
     return result if isinstance(result, dict) else {}
@@ -235,7 +257,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         return 1
     from worker.train_fn import RESULT_FILE
 
-    (Path(payload["output_dir"]) / RESULT_FILE).unlink(missing_ok=True)  # an earlier attempt's
+    storage.delete_tree(storage.join(payload["output_dir"], RESULT_FILE))  # an earlier attempt's
     try:
         build_trainer(payload, env).fit()
     except Exception as e:  # every failure becomes a reported error with its real cause
@@ -245,7 +267,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         api.status("failed", error=info.as_dict())
         return 1
     beat.stop()
-    result = _result(Path(payload["output_dir"]))
+    result = _result(str(payload["output_dir"]))
     if result.get("interrupted"):  # checkpointed on request: the API requeues or pauses the job
         log.info("stopped at step %s: %s", result.get("global_step"), result["interrupted"])
         api.status("preempted", step=int(result.get("global_step") or 0))

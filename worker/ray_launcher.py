@@ -38,6 +38,7 @@ from service.launch import (
     LaunchStatus,
     NodeResources,
 )
+from service.storage import STORAGE_ENV
 from worker.probe import PREFIX as PROBE_PREFIX
 from worker.ray_head import RayHead, RayHeadConfig
 
@@ -47,6 +48,7 @@ __all__ = [
     "RayLauncherConfig",
     "from_settings",
     "start_embedded",
+    "storage_env",
 ]
 
 log = logging.getLogger(__name__)
@@ -309,4 +311,15 @@ def ecosystem_env(settings: Any, *, default_hf_home: Path | None) -> dict[str, s
     uri = str(getattr(settings, "mlflow_tracking_uri", "") or "")
     if uri:
         env["MLFLOW_TRACKING_URI"] = uri
+    env.update(storage_env(settings))
+    return env
+
+
+def storage_env(settings: Any) -> dict[str, str]:
+    """The object store's endpoint and credentials for the drivers and workers: the standard
+    AWS variables of the service's environment, and ``s3_endpoint_url`` from its settings."""
+    env = {name: os.environ[name] for name in STORAGE_ENV if os.environ.get(name)}
+    endpoint = str(getattr(settings, "s3_endpoint_url", "") or "")
+    if endpoint:
+        env["SHUNTER_S3_ENDPOINT_URL"] = endpoint
     return env

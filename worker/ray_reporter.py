@@ -10,7 +10,9 @@
   rank (trainer_core calls ``report`` with the same ``checkpoint_dir`` on every rank, the same
   number of times). The checkpoint is already written inside the Ray Train run directory
   (the job's ``output_dir``), so it is registered in place (``NO_UPLOAD``), not copied. The
-  driver's ``ApiCallback`` forwards it to the API once Ray has committed it.
+  driver's ``ApiCallback`` forwards it to the API once Ray has committed it. On object storage
+  (``upload``) the checkpoint is in node-local staging: each node's local rank 0 has Ray Train
+  upload it (``SYNC``) to ``<run dir>/checkpoint-<step>`` in the bucket.
 - ``latest_checkpoint()``: Ray's newest committed checkpoint of this run (after a worker-group
   restart), else the attempt's ``resume_from`` (the newest verified checkpoint of an earlier
   attempt, handed over by the API), else None.
@@ -40,8 +42,13 @@ class RayReporter:
         resume_from: str | None,
         total_steps: int | None = None,
         stop_watch: StopWatch | None = None,
+        upload: bool = False,
+        local_rank: int = 0,
     ) -> None:
         self.rank = rank
+        # Object storage: the checkpoint is in node-local staging and Ray Train uploads it.
+        self._upload = upload
+        self._local_rank = local_rank
         self._sender = sender  # rank 0 only
         self._stop_watch = stop_watch  # rank 0 only
         self._resume_from = resume_from
@@ -64,16 +71,33 @@ class RayReporter:
             import ray.train
             from ray.train import CheckpointUploadMode
 
+            if not self._upload:
+                ray.train.report(
+                    {**metrics, "step": step},
+                    checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
+                    checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
+                )
+                return
+            # One upload per node (its ranks share the staging dir); Ray merges the nodes'
+            # files into <run dir>/checkpoint-<step>. The local copy stays: trainer_core
+            # prunes it and may load it as the best checkpoint at the end.
+            mine = self._local_rank == 0
             ray.train.report(
                 {**metrics, "step": step},
-                checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
-                checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
+                checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir))
+                if mine
+                else None,
+                checkpoint_dir_name=checkpoint_dir.name,
+                checkpoint_upload_mode=CheckpointUploadMode.SYNC,
+                delete_local_checkpoint_after_upload=False,
             )
 
     def latest_checkpoint(self) -> Path | None:
         import ray.train
 
-        ckpt = ray.train.get_checkpoint()
+        # On object storage Ray's checkpoint is in the bucket; train_fn has already put a
+        # local copy of it in ``resume_from``.
+        ckpt = None if self._upload else ray.train.get_checkpoint()
         if ckpt is not None:
             return Path(ckpt.path)
         return Path(self._resume_from) if self._resume_from else None

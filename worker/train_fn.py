@@ -6,6 +6,12 @@ never in the driver's import path.
 
 Rank 0 writes ``<output_dir>/shunter_result.json`` (final model dir, steps) after training, on
 the shared storage the driver reads; Ray Train v2 does not return the function's value.
+
+On object storage (``config["storage_uri"]`` set) ``output_dir`` is a node-local staging
+directory (``worker.staging``): a checkpoint to resume from (Ray's newest of this run, else the
+attempt's ``resume_from``) and a ``model.init_from`` checkpoint are downloaded into it first;
+checkpoints are uploaded by Ray Train as they are reported (``RayReporter``); rank 0 uploads
+the final model to ``<storage_uri>/final`` and writes the result there, naming its URI.
 """
 
 from __future__ import annotations
@@ -70,24 +76,75 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         # Checkpoint-now requests (preemption, pause) arrive in heartbeat replies.
         stop_watch = StopWatch(api, interval_s=float(os.environ.get("SHUNTER_STOP_POLL_S", "2")))
     cache_dir = config.get("cache_dir")
+    storage_uri: str | None = config.get("storage_uri")
+    local_rank = ray.train.get_context().get_local_rank()
+    spec_doc, resume_from = config["spec"], config.get("resume_from")
+    if storage_uri:
+        spec_doc, resume_from = _localized(config, local_rank=local_rank)
     cfg = TrainConfig.from_spec(
-        JobSpec.model_validate(config["spec"]),  # validated at submit; typed from here on
+        JobSpec.model_validate(spec_doc),  # validated at submit; typed from here on
         output_dir=config["output_dir"],
         cache_dir=Path(cache_dir) if cache_dir else None,
     )
     reporter = RayReporter(
         rank=rank,
         sender=sender,
-        resume_from=config.get("resume_from"),
+        resume_from=resume_from,
         total_steps=config.get("total_steps"),
         stop_watch=stop_watch,
+        upload=bool(storage_uri),
+        local_rank=local_rank,
     )
     try:
         result = train(cfg, reporter)
     finally:
         reporter.close()
-    if rank == 0:
+    if storage_uri:
+        _publish(
+            result, rank=rank, local_rank=local_rank, storage_uri=storage_uri, stage=cfg.output_dir
+        )
+    elif rank == 0:
         out = Path(config["output_dir"]) / RESULT_FILE
         tmp = out.with_suffix(".tmp")
         tmp.write_text(json.dumps(_jsonable(result)))
         tmp.replace(out)
+
+
+def _localized(config: dict[str, Any], *, local_rank: int) -> tuple[dict[str, Any], str | None]:
+    """The spec and resume point with object-storage checkpoints replaced by local copies."""
+    import ray.train
+
+    from service import storage
+    from worker.staging import localize
+
+    stage = Path(config["output_dir"])
+    ckpt = ray.train.get_checkpoint()  # Ray's newest of this run (a worker-group restart)
+    start = storage.to_uri(ckpt.filesystem, ckpt.path) if ckpt else config.get("resume_from")
+    resume_from = str(localize(start, stage / "resume", local_rank=local_rank)) if start else None
+    spec = config["spec"]
+    init = (spec.get("model") or {}).get("init_from")
+    if isinstance(init, dict) and init.get("path") and storage.is_remote(init["path"]):
+        path = str(localize(init["path"], stage / "init", local_rank=local_rank))
+        spec = {**spec, "model": {**spec["model"], "init_from": {**init, "path": path}}}
+    return spec, resume_from
+
+
+def _publish(result: Any, *, rank: int, local_rank: int, storage_uri: str, stage: Path) -> None:
+    """Object storage: rank 0 uploads the final model and the result; then, once every rank
+    is past that (a report is a barrier), each node's local rank 0 removes its staging dir."""
+    import shutil
+
+    import ray.train
+
+    from service import storage
+
+    if rank == 0:
+        doc = _jsonable(result)
+        if result.final_model_dir is not None:
+            final_uri = storage.join(storage_uri, "final")
+            storage.upload_dir(result.final_model_dir, final_uri)
+            doc["final_model_dir"] = final_uri
+        storage.write_bytes(storage.join(storage_uri, RESULT_FILE), json.dumps(doc).encode())
+    ray.train.report({"step": int(result.global_step)})
+    if local_rank == 0:
+        shutil.rmtree(stage, ignore_errors=True)

@@ -1,0 +1,97 @@
+"""Checkpoints on object storage (a real local S3 server): the controller verifies the stored
+copy through the bucket, and a worker downloads a checkpoint once per node to resume."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from s3_server import S3Server, aws_env, running_s3
+
+from service import storage
+from service.errors import Unprocessable
+from service.jobs.confine import confined
+from trainer_core.manifest import verify_checkpoint, write_manifest
+from worker.checkpoint_callback import verify_stored
+from worker.staging import localize
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with running_s3() as server, aws_env(server.env):
+        yield server
+
+
+@pytest.fixture
+def job_uri(s3: S3Server) -> str:
+    return f"s3://{s3.bucket('t-' + secrets.token_hex(4))}/shunter/job-1"
+
+
+def _checkpoint(base: Path) -> Path:
+    base.mkdir(parents=True)
+    (base / "model.safetensors").write_bytes(b"w" * 3000)
+    (base / "trainer_state.json").write_text('{"step": 4}')
+    write_manifest(base)
+    return base
+
+
+def test_a_stored_checkpoint_verifies(job_uri: str, tmp_path: Path) -> None:
+    uri = storage.join(job_uri, "checkpoint-4")
+    storage.upload_dir(_checkpoint(tmp_path / "checkpoint-4"), uri)
+    assert verify_stored(uri) is None
+
+
+def test_a_changed_or_partial_stored_checkpoint_does_not_verify(
+    job_uri: str, tmp_path: Path
+) -> None:
+    uri = storage.join(job_uri, "checkpoint-4")
+    storage.upload_dir(_checkpoint(tmp_path / "checkpoint-4"), uri)
+    storage.write_bytes(storage.join(uri, "model.safetensors"), b"x" * 3000)
+    assert verify_stored(uri) == "model.safetensors does not match its SHA-256"
+    storage.write_bytes(storage.join(uri, "model.safetensors"), b"w" * 3000)
+    storage.delete_tree(storage.join(uri, "trainer_state.json"))
+    assert verify_stored(uri) == "trainer_state.json is missing"
+    storage.delete_tree(storage.join(uri, "manifest.json"))
+    assert verify_stored(uri) == "no manifest.json (incomplete write)"
+
+
+def test_localize_downloads_once_per_node(job_uri: str, tmp_path: Path) -> None:
+    uri = storage.join(job_uri, "checkpoint-6")
+    storage.upload_dir(_checkpoint(tmp_path / "src" / "checkpoint-6"), uri)
+    into = tmp_path / "stage" / "resume"
+    got: list[Path] = []
+    waiter = threading.Thread(target=lambda: got.append(localize(uri, into, local_rank=1)))
+    waiter.start()  # rank 1 waits for the node's downloader
+    first = localize(uri, into, local_rank=0)
+    waiter.join(timeout=30)
+    assert got == [first] == [into / "checkpoint-6"]
+    assert verify_checkpoint(first) is None
+    storage.delete_tree(job_uri)  # already here: no second download
+    assert localize(uri, into, local_rank=0) == first
+
+
+def test_localize_gives_up_when_nobody_downloads(job_uri: str, tmp_path: Path) -> None:
+    with pytest.raises(TimeoutError):
+        localize(storage.join(job_uri, "checkpoint-2"), tmp_path, local_rank=1, timeout_s=0.3)
+    assert localize("/nfs/job/checkpoint-2", tmp_path, local_rank=1) == Path(
+        "/nfs/job/checkpoint-2"
+    )
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "s3://b/p/job-1x/checkpoint-4",
+        "s3://b/p/job-1/../job-2/checkpoint-4",
+        "s3://other/p/job-1/checkpoint-4",
+        "/srv/p/job-1/checkpoint-4",
+    ],
+)
+def test_reported_uris_stay_under_the_jobs_prefix(uri: str) -> None:
+    with pytest.raises(Unprocessable):
+        confined(uri, output_dir="s3://b/p/job-1", field="uri")
+    ok = confined("s3://b/p/job-1/checkpoint-4", output_dir="s3://b/p/job-1", field="uri")
+    assert ok == "s3://b/p/job-1/checkpoint-4"
