@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from shunter.jobspec.plan import Plan
+
 __all__ = [
     "CheckpointIn",
     "CheckpointRead",
@@ -120,6 +122,13 @@ class JobRead(_Out):
     created_by: str | None = None
     # Ray Train worker-group restarts in the current attempt; spec.max_restarts bounds them.
     restarts: int = 0
+
+
+class DryRunRead(_Out):
+    """``POST /v1/jobs?dry_run=true``: the spec as it would be queued and how it would run."""
+
+    spec: dict[str, Any]
+    plan: Plan
 
 
 class JobsPage(_Out):

@@ -73,6 +73,9 @@ class Settings(BaseSettings):
     # Admin-only: accept model folders whose weights are pickle files (.bin), which can run
     # code when loaded. Set it on the service and on the Ray nodes (trainer_core reads it).
     allow_pickle_weights: bool = False
+    # One GPU's memory in bytes, for a dry run's ``fits`` (POST /v1/jobs?dry_run=true);
+    # None = unknown, fits is then null.
+    gpu_memory_bytes: int | None = Field(default=None, ge=1)
     # Per-token limit on mutating calls (POST/PUT/PATCH/DELETE, /v1/internal exempt), per
     # API process: sustained calls per minute (0 = off) and the burst allowed at once.
     rate_limit_per_minute: float = Field(default=600.0, ge=0)

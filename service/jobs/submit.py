@@ -1,5 +1,12 @@
 """Submitting a job: parse -> validate -> fit checks -> one transaction (job + event + key).
 
+``check_submission`` is every check a submission gets, without writing: pass 1 (the JobSpec
+models and rules), pass 2 (data roots, paths, model folders, cluster capacity, what the
+server can reach) and the team's checks (priority cap, quota, ``init_from``), the last in a
+read-only transaction. ``dry_run`` is that plus the plan (``shunter.jobspec.plan``); a real
+submit runs the same passes, the team's checks inside its write transaction after the
+idempotency lookup (a replay is answered before them, as before).
+
 Idempotency: ``Idempotency-Key`` is unique per (team, key) in the database. A retry with the
 same key and the same body (SHA-256 of the canonical JSON of the parsed document, so JSON and
 YAML of one spec match) gets the same job back; another body gets 422. Two concurrent first
@@ -34,15 +41,25 @@ from service.errors import (
 from service.jobs.admission import resource_errors, validate_spec
 from service.jobs.hub import EcosystemPolicy, ecosystem_errors
 from service.jobs.init_from import resolve_init_from
+from service.jobs.plan_facts import plan_facts
 from service.jobs.read_model import first_queue_position, job_read
 from service.launch import ClusterResources
-from service.schemas import JobRead
-from shunter.jobspec import SpecError, format_spec_errors
+from service.schemas import DryRunRead, JobRead
+from shunter.jobspec import JobSpec, SpecError, format_spec_errors
 from shunter.jobspec.errors import FieldError
 from shunter.jobspec.parse import BodyError, parse_body
+from shunter.jobspec.plan import plan_for
 from shunter.jobspec.vocab import PRIORITY_RANK
 
-__all__ = ["SubmitResult", "body_sha256", "new_job_id", "submit_job"]
+__all__ = [
+    "Submission",
+    "SubmitResult",
+    "body_sha256",
+    "check_submission",
+    "dry_run",
+    "new_job_id",
+    "submit_job",
+]
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 _IDEMPOTENCY_KEY_MAX = 255
@@ -75,6 +92,28 @@ def _spec_error(errors: list[FieldError]) -> Unprocessable:
     return Unprocessable(body["message"], detail=body["detail"])
 
 
+@dataclass(frozen=True, kw_only=True)
+class Submission:
+    """A body that passed every check: the parsed document, the typed spec, the resolved one."""
+
+    document: Any
+    spec: JobSpec
+    resolved: dict[str, Any]
+
+
+def _parsed(raw: bytes, content_type: str | None) -> Any:
+    if content_type and content_type.split(";")[0].strip().lower() == _CURL_DEFAULT:
+        # ``curl -d @spec.json`` labels JSON as a form; no form is ever a valid spec.
+        content_type = "application/json"
+    try:
+        return parse_body(raw, content_type)
+    except BodyError as exc:
+        kind = {413: PayloadTooLarge, 415: UnsupportedMediaType, 422: Unprocessable}.get(
+            exc.status, BadRequest
+        )
+        raise kind(f"body: {exc.message}", detail="bad_body") from None
+
+
 def _validated(
     document: Any,
     *,
@@ -82,7 +121,8 @@ def _validated(
     cluster: ClusterResources,
     allow_pickle_weights: bool = False,
     ecosystem: EcosystemPolicy | None = None,
-) -> dict[str, Any]:
+) -> JobSpec:
+    """Pass 1 and pass 2; no database, no writes."""
     try:
         spec = validate_spec(
             document, data_roots=data_roots, allow_pickle_weights=allow_pickle_weights
@@ -95,8 +135,7 @@ def _validated(
         errors += ecosystem_errors(spec, policy=ecosystem)
     if errors:
         raise _spec_error(errors)
-    resolved: dict[str, Any] = spec.model_dump(mode="json")
-    return resolved
+    return spec
 
 
 def _quota_errors(session: Session, team: str, resolved: dict[str, Any]) -> list[FieldError]:
@@ -130,6 +169,75 @@ def _check_priority(session: Session, *, principal: Principal, priority: str) ->
         )
 
 
+def _team_checked(
+    session: Session, *, principal: Principal, resolved: dict[str, Any]
+) -> dict[str, Any]:
+    """Priority cap, quota, ``init_from``: reads only. The spec with ``init_from`` resolved."""
+    _check_priority(session, principal=principal, priority=resolved.get("priority", "normal"))
+    errors = _quota_errors(session, principal.team, resolved)
+    if errors:
+        raise _spec_error(errors)
+    try:  # model.init_from names a checkpoint of one of the team's jobs: find its directory
+        return resolve_init_from(session, team=principal.team, spec=resolved)
+    except SpecError as exc:
+        raise _spec_error(exc.errors) from None
+
+
+def check_submission(
+    db: Database,
+    *,
+    principal: Principal,
+    raw: bytes,
+    content_type: str | None,
+    data_roots: list[Path],
+    cluster: ClusterResources,
+    allow_pickle_weights: bool = False,
+    ecosystem: EcosystemPolicy | None = None,
+) -> Submission:
+    """Every check a submit runs, in a read-only transaction: 4xx as a submit, no writes."""
+    require_writer(principal)
+    document = _parsed(raw, content_type)
+    spec = _validated(
+        document,
+        data_roots=data_roots,
+        cluster=cluster,
+        allow_pickle_weights=allow_pickle_weights,
+        ecosystem=ecosystem,
+    )
+    resolved = db.read(
+        lambda s: _team_checked(s, principal=principal, resolved=spec.model_dump(mode="json"))
+    )
+    return Submission(document=document, spec=spec, resolved=resolved)
+
+
+def dry_run(
+    db: Database,
+    *,
+    principal: Principal,
+    raw: bytes,
+    content_type: str | None,
+    data_roots: list[Path],
+    cluster: ClusterResources,
+    allow_pickle_weights: bool = False,
+    ecosystem: EcosystemPolicy | None = None,
+    gpu_memory_bytes: int | None = None,
+) -> DryRunRead:
+    """``check_submission`` plus the plan: the resolved spec as it would be queued, and how it
+    would run (``shunter.jobspec.plan``). Nothing is queued; the idempotency table is not read."""
+    checked = check_submission(
+        db,
+        principal=principal,
+        raw=raw,
+        content_type=content_type,
+        data_roots=data_roots,
+        cluster=cluster,
+        allow_pickle_weights=allow_pickle_weights,
+        ecosystem=ecosystem,
+    )
+    plan = plan_for(checked.spec, gpu_memory_bytes=gpu_memory_bytes, **plan_facts(checked.spec))
+    return DryRunRead(spec=checked.resolved, plan=plan)
+
+
 def _write(
     session: Session,
     *,
@@ -154,14 +262,7 @@ def _write(
             job = session.get(Job, hit.job_id)
             assert job is not None
             return SubmitResult(job=job_read(job), created=False)
-    _check_priority(session, principal=principal, priority=resolved.get("priority", "normal"))
-    errors = _quota_errors(session, principal.team, resolved)
-    if errors:
-        raise _spec_error(errors)
-    try:  # model.init_from names a checkpoint of one of the team's jobs: find its directory
-        resolved = resolve_init_from(session, team=principal.team, spec=resolved)
-    except SpecError as exc:
-        raise _spec_error(exc.errors) from None
+    resolved = _team_checked(session, principal=principal, resolved=resolved)
     job_id = new_job_id()
     spec = {**resolved, "training": {**resolved["training"], "output_dir": f"{storage}/{job_id}"}}
     res = spec["resources"]
@@ -215,23 +316,14 @@ def submit_job(
         idempotency_key = idempotency_key.strip()
         if not idempotency_key or len(idempotency_key) > _IDEMPOTENCY_KEY_MAX:
             raise BadRequest("Idempotency-Key: must be 1-255 characters", detail="bad_header")
-    if content_type and content_type.split(";")[0].strip().lower() == _CURL_DEFAULT:
-        # ``curl -d @spec.json`` labels JSON as a form; no form is ever a valid spec.
-        content_type = "application/json"
-    try:
-        document = parse_body(raw, content_type)
-    except BodyError as exc:
-        kind = {413: PayloadTooLarge, 415: UnsupportedMediaType, 422: Unprocessable}.get(
-            exc.status, BadRequest
-        )
-        raise kind(f"body: {exc.message}", detail="bad_body") from None
+    document = _parsed(raw, content_type)
     resolved = _validated(
         document,
         data_roots=data_roots,
         cluster=cluster,
         allow_pickle_weights=allow_pickle_weights,
         ecosystem=ecosystem,
-    )
+    ).model_dump(mode="json")
     digest = body_sha256(document)
     for attempt in range(3):
         try:

@@ -16,10 +16,12 @@ from service.jobs import preemption
 from service.jobs import queries as jobs
 from service.jobs.hub import policy_from_settings
 from service.jobs.queue_page import queue_page
+from service.jobs.submit import dry_run as dry_run_job
 from service.jobs.submit import submit_job
 from service.schemas import (
     CheckpointsPage,
     ClusterRead,
+    DryRunRead,
     ErrorBody,
     EventsPage,
     JobRead,
@@ -41,8 +43,8 @@ _ERRORS: dict[int | str, dict[str, object]] = {
 @router.post(
     "/jobs",
     status_code=201,
-    response_model=JobRead,
-    responses=_ERRORS,
+    response_model=JobRead | DryRunRead,
+    responses={**_ERRORS, 200: {"model": DryRunRead, "description": "dry run, or a replay"}},
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -59,24 +61,48 @@ async def submit(
     st: StateDep,
     user: CurrentUser,
     idempotency_key: Annotated[str | None, Header()] = None,
-) -> JobRead:
-    """Submit a JobSpec (JSON, or YAML as ``application/yaml``). 201 new, 200 replay."""
+    dry_run: Annotated[
+        bool, Query(description="validate and plan only: 200 {spec, plan}, nothing queued")
+    ] = False,
+) -> JobRead | DryRunRead:
+    """Submit a JobSpec (JSON, or YAML as ``application/yaml``). 201 new, 200 replay.
+
+    ``?dry_run=true`` runs the same checks (same 4xx) and returns the resolved spec and its
+    plan (``shunter.jobspec.plan``) with 200; ``Idempotency-Key`` is then ignored.
+    """
     raw = bytearray()
     async for chunk in request.stream():  # the body limit middleware caps the total
         raw += chunk
     launcher = st.need_launcher()
     cluster = await run_in_threadpool(launcher.cluster)
+    data_roots = [  # the server's roots and the team's own
+        *st.settings.data_roots,
+        *await run_in_threadpool(lambda: st.db.read(lambda s: roots_for(s, team=user.team))),
+    ]
+    content_type = request.headers.get("content-type")
+    if dry_run:
+        response.status_code = 200
+        return await run_in_threadpool(
+            lambda: dry_run_job(
+                st.db,
+                principal=user,
+                raw=bytes(raw),
+                content_type=content_type,
+                data_roots=data_roots,
+                cluster=cluster,
+                ecosystem=policy_from_settings(st.settings),
+                allow_pickle_weights=st.settings.allow_pickle_weights,
+                gpu_memory_bytes=st.settings.gpu_memory_bytes,
+            )
+        )
     result = await run_in_threadpool(
         lambda: submit_job(
             st.db,
             principal=user,
             raw=bytes(raw),
-            content_type=request.headers.get("content-type"),
+            content_type=content_type,
             idempotency_key=idempotency_key,
-            data_roots=[
-                *st.settings.data_roots,
-                *st.db.read(lambda s: roots_for(s, team=user.team)),  # the team's own roots
-            ],
+            data_roots=data_roots,
             storage=st.settings.storage,
             cluster=cluster,
             ecosystem=policy_from_settings(st.settings),
