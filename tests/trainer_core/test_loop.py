@@ -29,12 +29,14 @@ TINY_BERT = {
 def test_early_stopping_best_checkpoint_and_pruning(tmp_path: Path) -> None:
     corpus = write_corpus(tmp_path / "c.txt")
     out = tmp_path / "run"
-    # lr 0: the eval loss never improves after the first eval, so patience 2 stops at step 3.
+    # lr 1e-12 (the spec wants lr > 0): Adam's steps (~lr) are far below float32's resolution
+    # at these weights, so the eval loss never improves after the first eval and patience 2
+    # stops at step 3.
     spec = tiny_llama_spec(
         out,
         corpus,
         max_steps=10,
-        learning_rate=0.0,
+        learning_rate=1e-12,
         eval_strategy="steps",
         eval_steps=1,
         save_strategy="steps",
@@ -42,6 +44,7 @@ def test_early_stopping_best_checkpoint_and_pruning(tmp_path: Path) -> None:
         save_total_limit=1,
         early_stopping_patience=2,
         load_best_model_at_end=True,
+        metric_for_best_model="eval_loss",
     )
     spec["data"]["eval"] = {"path": str(corpus)}
     result = train(TrainConfig.from_spec(spec), JsonlReporter(out))
@@ -77,7 +80,6 @@ def test_bert_tasks_train_evaluate_and_reload(task: str, tmp_path: Path) -> None
             "task": task,
             "from_scratch": True,
             "config_overrides": dict(TINY_BERT),
-            "num_labels": 3 if task == "token-classification" else 2,
         },
         "data": {"train": {"path": str(path)}, "eval": {"path": str(path)}, "max_length": 16},
         "training": {
@@ -90,6 +92,9 @@ def test_bert_tasks_train_evaluate_and_reload(task: str, tmp_path: Path) -> None
             "logging_steps": 1,
         },
     }
+    if task != "masked-lm":
+        spec["model"]["num_labels"] = 3 if task == "token-classification" else 2
+        spec["data"]["label_field"] = "label"
     result = train(TrainConfig.from_spec(spec), JsonlReporter(out))
     assert result.global_step == 6  # 24 rows / 8 = 3 steps per epoch, 2 epochs
     assert sorted(p.name for p in out.glob("checkpoint-*")) == ["checkpoint-3", "checkpoint-6"]

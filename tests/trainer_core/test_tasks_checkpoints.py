@@ -80,9 +80,11 @@ def test_init_from_weights_starts_at_the_source_loss_level(
     mine = losses(out)
     assert result.global_step == 2 and sorted(mine) == [1, 2]  # a fresh run: steps from 1
     # From scratch the first loss is ~ln(vocab) = 10.3; from the checkpoint it is where the
-    # source ended, not where it started.
+    # source ended, not where it started. src[8] is measured before the source's 8th update
+    # and checkpoint-8 holds the weights after it, so the new run starts at or below it.
     assert mine[1] < src[1] - 0.5, (mine, src)
-    assert abs(mine[1] - src[8]) < 0.5, (mine, src)
+    assert mine[1] < src[8] + 0.1, (mine, src)
+    assert mine[1] < min(src[s] for s in range(1, 8)), (mine, src)
 
 
 def test_init_from_resume_continues_the_source_run_exactly(
