@@ -260,13 +260,15 @@ class _Sim:
             d = demand.setdefault(j.team, [0.0, 0.0])
             d[0] += j.num_workers * j.cpus_per_worker
             d[1] += j.num_workers * j.gpus_per_worker
+        waiting = [i for i in self.queued if self._fits_ever(i)]
         self.intervals.append(
             Interval(
                 start_s=self.now,
                 end_s=to,
                 held={t: (c, g) for t, (c, g) in held.items()},
                 demand={t: (c, g) for t, (c, g) in demand.items()},
-                waiting=sum(1 for i in self.queued if self._fits_ever(i)),
+                waiting=len(waiting),
+                waiting_teams=frozenset(self.state[i].job.team for i in waiting),
             )
         )
         self.now = to

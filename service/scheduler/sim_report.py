@@ -1,8 +1,9 @@
 """The simulator's summary: per-team usage, waits and fair-share error; utilisation, Jain's
 index, preemptions and ETA error. Pure functions over the simulated timeline.
 
-Share figures use GPUs, or CPUs on a cluster without GPUs. *Contended* time is when some job
-waits and at least two teams have demand (queued or running). Over contended time each
+Share figures use GPUs, or CPUs on a cluster without GPUs. *Contended* time is when at least
+two teams have demand (queued or running) and every team with demand has work queued (that
+fits the cluster): all of them want more than they hold. Over contended time each
 team's fair allocation is the weighted max-min fair share of the cluster given every team's
 demand at that moment (``policy.fairshare.max_min_fair``); ``share_error`` is
 |held - fair| / fair, and Jain's index is over held / fair (the weight-normalised share:
@@ -28,6 +29,7 @@ class Interval:
     held: Mapping[str, tuple[float, float]]  # team -> (cpus, gpus) held
     demand: Mapping[str, tuple[float, float]]  # team -> (cpus, gpus) queued + running
     waiting: int  # queued jobs
+    waiting_teams: frozenset[str] = frozenset()  # teams with a queued job
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -47,6 +49,12 @@ def jain(xs: Sequence[float]) -> float | None:
 
 def _r(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
+
+
+def _contended(iv: Interval) -> bool:
+    """Two or more teams have demand and each of them has work queued."""
+    demanding = {t for t, d in iv.demand.items() if d[0] > 0 or d[1] > 0}
+    return len(demanding) >= 2 and demanding <= iv.waiting_teams
 
 
 def summarize(
@@ -69,7 +77,7 @@ def summarize(
         for t, (c, g) in iv.held.items():
             used[t][0] += c * dt
             used[t][1] += g * dt
-        if iv.waiting == 0 or len(iv.demand) < 2:
+        if not _contended(iv):
             continue
         contended_s += dt
         fair = max_min_fair({t: d[r] for t, d in iv.demand.items()}, weights, cap)

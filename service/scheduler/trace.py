@@ -18,14 +18,21 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from service.scheduler.sim import SimJob, SimTeam
 from shunter.jobspec.vocab import PRIORITY_RANK
 
-__all__ = ["TraceError", "generate", "load_cluster", "load_teams", "load_trace"]
+__all__ = [
+    "TraceError",
+    "generate",
+    "generate_contended",
+    "load_cluster",
+    "load_teams",
+    "load_trace",
+]
 
 
 class TraceError(ValueError):
@@ -200,3 +207,54 @@ def generate(
             }
         )
     return out
+
+
+def generate_contended(
+    *,
+    weights: Mapping[str, float],
+    hours: float = 6.0,
+    seed: int = 0,
+    cluster_gpus: int = 32,
+    node_gpus: int = 8,
+    cpus_per_gpu: float = 8.0,
+    gang_fraction: float = 0.1,
+    load: float = 1.5,
+) -> list[dict[str, Any]]:
+    """A trace where every team keeps work queued for ``hours``: each team submits at
+    ``load`` times the rate its weighted share of ``cluster_gpus`` can run, mostly 1-GPU
+    jobs, some 2-4 GPU, and a ``gang_fraction`` of whole-node jobs and 2-node gangs.
+    Deterministic for ``seed``; the teams' first submits are staggered by a few minutes."""
+    rng = random.Random(seed)
+    total_w = sum(weights.values())
+    out: list[dict[str, Any]] = []
+    for k, (team, weight) in enumerate(sorted(weights.items())):
+        gpus_share = cluster_gpus * weight / total_w
+        t = k * 300.0
+        n = 0
+        while t < hours * 3600.0:
+            r = rng.random()
+            if r < gang_fraction / 2:
+                workers, gpw = 2, float(node_gpus)
+            elif r < gang_fraction:
+                workers, gpw = 1, float(node_gpus)
+            else:
+                workers, gpw = 1, float(rng.choice([1, 1, 1, 1, 2, 4]))
+            duration = rng.choice([600.0, 1200.0, 1800.0, 2700.0, 3600.0])
+            out.append(
+                {
+                    "id": f"{team}{n:04d}",
+                    "team": team,
+                    "submit_s": round(t, 1),
+                    "num_workers": workers,
+                    "gpus_per_worker": gpw,
+                    "cpus_per_worker": gpw * cpus_per_gpu,
+                    "duration_s": duration,
+                    "max_runtime_s": math.ceil(duration * rng.uniform(1.2, 2.0)),
+                    "priority": "normal",
+                    "preemptible": True,
+                }
+            )
+            n += 1
+            # GPU-seconds submitted per second ~= load x the team's share of the cluster.
+            t += rng.expovariate(load * gpus_share / (workers * gpw * duration))
+    return sorted(out, key=lambda x: (x["submit_s"], x["id"]))
