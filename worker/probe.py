@@ -1,7 +1,8 @@
 """``python -m worker.probe --storage PATH``: what ``shunter doctor`` asks a Ray worker.
 
 Runs as a Ray job on the cluster (on a GPU node when the cluster has GPUs) and prints one JSON
-line, prefixed ``shunter-probe:``: whether the job storage is writable from there, the GPUs
+line, prefixed ``shunter-probe:``: whether the job storage is writable from there (a probe
+file, or on object storage a probe object written, read back and deleted), the GPUs
 that node's processes see, the Hugging Face cache and whether the Hub answers, and the Ray
 version of the node. Never raises: a failed check is a value in the report.
 """
@@ -18,12 +19,16 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from service import storage
+
 __all__ = ["PREFIX", "probe"]
 
 PREFIX = "shunter-probe:"
 
 
 def _storage(path: str) -> dict[str, Any]:
+    if storage.is_remote(path):
+        return _object_store(path)
     probe = Path(path) / f".doctor-{secrets.token_hex(4)}"
     try:
         probe.parent.mkdir(parents=True, exist_ok=True)
@@ -32,6 +37,18 @@ def _storage(path: str) -> dict[str, Any]:
         probe.unlink()
         return {"writable": ok, "error": None}
     except OSError as e:
+        return {"writable": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def _object_store(uri: str) -> dict[str, Any]:
+    """Write, read back and delete a probe object under the storage prefix."""
+    probe = storage.join(uri, f".doctor-{secrets.token_hex(4)}")
+    try:
+        storage.write_bytes(probe, b"ok")
+        ok = storage.read_bytes(probe) == b"ok"
+        storage.delete_tree(probe)
+        return {"writable": ok and not storage.exists(probe), "error": None}
+    except Exception as e:  # any store failure (credentials, endpoint, bucket) is the answer
         return {"writable": False, "error": f"{type(e).__name__}: {e}"}
 
 

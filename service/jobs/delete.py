@@ -6,7 +6,7 @@ other status is 409 (cancel it first). Members of the owning team and admins may
 another team's job is 404, a viewer 403. The database part is one transaction that re-checks
 the status under the write lock, so a concurrent resume either wins (then 409) or finds the
 job gone. Files go afterwards, and only ``<storage>/<job id>`` after symlinks, inside the
-storage root (storage is a filesystem path; object stores are not supported).
+storage root; on object storage, every object under the job's prefix ``<storage>/<job id>/``.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from service import storage as objstore
 from service.accounts.auth import Principal, require_writer
 from service.db.engine import Database
 from service.db.models import (
@@ -40,12 +41,12 @@ __all__ = ["DeleteResult", "delete_job", "job_storage_dir"]
 @dataclass(frozen=True, kw_only=True)
 class DeleteResult:
     job_id: str
-    storage_removed: bool  # False: nothing on disk, or storage is not a local path
+    storage_removed: bool  # False: nothing stored
 
 
 def job_storage_dir(storage: str, job_id: str) -> Path | None:
     """``<storage>/<job_id>`` when storage is local and it resolves inside storage; else None."""
-    if "://" in storage:
+    if objstore.is_remote(storage):
         return None
     root = os.path.realpath(storage)
     path = os.path.realpath(os.path.join(root, job_id))
@@ -60,6 +61,9 @@ def delete_job(
     """Delete a terminal job's rows and storage; see the module docstring."""
     require_writer(principal)
     db.write(lambda s: _delete_rows(s, principal=principal, job_id=job_id, actor=actor))
+    if objstore.is_remote(storage):  # the job's prefix in the bucket (a job id has no '/')
+        removed = "/" not in job_id and objstore.delete_tree(objstore.join(storage, job_id))
+        return DeleteResult(job_id=job_id, storage_removed=removed)
     target = job_storage_dir(storage, job_id)
     removed = False
     if target is not None and target.is_dir():

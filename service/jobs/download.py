@@ -7,17 +7,20 @@ the final model of a job run with ``load_best_model_at_end`` (which restores the
 checkpoint before saving it). Step checkpoints are in the training engine's own format
 (sharded state, optimizer), which is for resuming, not for loading; asking for one is a 409
 that says so. The stream is built file by file (no temporary archive, no whole file in
-memory): POSIX tar headers, the bytes, padding to 512, two zero blocks.
+memory): POSIX tar headers, the bytes, padding to 512, two zero blocks. On object storage
+(``s3://`` storage) the model is streamed from the bucket the same way.
 """
 
 from __future__ import annotations
 
 import tarfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from service import storage
 from service.accounts.auth import Principal
 from service.errors import Conflict
 from service.jobs.queries import visible_job
@@ -28,9 +31,9 @@ _CHUNK = 1024 * 1024
 _BLOCK = 512
 
 
-def model_dir(session: Session, *, principal: Principal, job_id: str, which: str) -> Path:
-    """The directory to send for ``which`` (``final`` or ``best``), or ``Conflict`` saying
-    why there is none."""
+def model_dir(session: Session, *, principal: Principal, job_id: str, which: str) -> Path | str:
+    """The directory to send for ``which`` (``final`` or ``best``): a path, or an ``s3://``
+    URI on object storage; or ``Conflict`` saying why there is none."""
     job = visible_job(session, principal=principal, job_id=job_id)
     if which not in ("final", "best"):
         raise Conflict(
@@ -46,16 +49,24 @@ def model_dir(session: Session, *, principal: Principal, job_id: str, which: str
     uri = job.final_model_uri
     if uri is None:
         raise Conflict(f"job {job_id} has no final model (status {job.status})")
-    if "://" in uri:
-        raise Conflict(f"job {job_id}'s model is in object storage ({uri}); fetch it there")
+    gone = Conflict(f"job {job_id}'s model directory {uri} is gone (deleted by retention?)")
+    if storage.is_remote(uri):
+        if not storage.list_files(uri):
+            raise gone
+        return uri
     path = Path(uri)
     if not path.is_dir():
-        raise Conflict(f"job {job_id}'s model directory {uri} is gone (deleted by retention?)")
+        raise gone
     return path
 
 
-def tar_stream(directory: Path, prefix: str) -> Iterator[bytes]:
-    """An uncompressed tar of ``directory``'s regular files under ``prefix/``."""
+def tar_stream(directory: Path | str, prefix: str) -> Iterator[bytes]:
+    """An uncompressed tar of ``directory``'s regular files under ``prefix/``; an object-store
+    URI is streamed from the bucket object by object."""
+    if isinstance(directory, str) and storage.is_remote(directory):
+        yield from _remote_tar(directory, prefix)
+        return
+    directory = Path(directory)
     for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
         info = tarfile.TarInfo(f"{prefix}/{path.relative_to(directory).as_posix()}")
         stat = path.stat()
@@ -68,6 +79,22 @@ def tar_stream(directory: Path, prefix: str) -> Iterator[bytes]:
                 yield chunk
         if sent != info.size:  # the file changed under us: a corrupt archive is worse
             raise RuntimeError(f"{path} changed size while being sent")
+        if pad := (-sent) % _BLOCK:
+            yield b"\0" * pad
+    yield b"\0" * (2 * _BLOCK)
+
+
+def _remote_tar(uri: str, prefix: str) -> Iterator[bytes]:
+    for rel, size in storage.list_files(uri):
+        info = tarfile.TarInfo(f"{prefix}/{rel}")
+        info.size, info.mtime, info.mode = size, int(time.time()), 0o644
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        sent = 0
+        for chunk in storage.open_read(storage.join(uri, rel)):
+            sent += len(chunk)
+            yield chunk
+        if sent != size:
+            raise RuntimeError(f"{uri}/{rel} changed size while being sent")
         if pad := (-sent) % _BLOCK:
             yield b"\0" * pad
     yield b"\0" * (2 * _BLOCK)
