@@ -52,11 +52,12 @@ from shunter.cli.render import (
     job_detail,
     jobs_table,
     metrics_table,
+    plan_table,
     queue_table,
 )
 from shunter.cli.watch import Watcher
 from shunter.client import Client
-from shunter.client.models import Job
+from shunter.client.models import DryRun, Job
 
 __all__ = ["register"]
 
@@ -78,6 +79,9 @@ def submit(
     watch: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between polls with --watch.")] = 1.0,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate on the server and print the plan only.")
+    ] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     json_: JsonOpt = False,
@@ -89,6 +93,9 @@ def submit(
     document: Path | dict[str, Any] = read_spec(opts, spec, set_) if set_ else spec
     if not set_ and not spec.is_file():
         fail(opts, EXIT["invalid"], f"{spec}: no such file")
+    if dry_run:
+        _server_dry_run(opts, document, spec)
+        return
     with api(opts) as client:
         job = client.submit(document, idempotency_key=idempotency_key)
         if not watch:
@@ -98,6 +105,17 @@ def submit(
             out.print(f"submitted [bold]{job.id}[/]")
         job = _watch(opts, client, job.id, poll)
     job_exit(job)
+
+
+def _server_dry_run(opts: Opts, document: Path | dict[str, Any], spec: Path) -> None:
+    """``POST /v1/jobs?dry_run=true``: every server check, nothing queued; print the plan."""
+    with api(opts) as client:
+        result: DryRun = client.submit(document, dry_run=True)
+    if opts.json:
+        print_json({"valid": True, **dump(result)})
+    else:
+        out.print(f"[green]ok[/]: {spec} passes the server's checks (nothing queued)")
+        out.print(plan_table(result.plan))
 
 
 def jobs(
@@ -272,24 +290,40 @@ def whoami(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -
 def validate(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     set_: SetOpt = None,
+    server: Annotated[
+        bool,
+        typer.Option("--server", help="Also run the server's checks (a dry run; needs a server)."),
+    ] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Validate a spec offline: schema, types, bounds and cross-field rules, with the server's
-    messages. Paths and cluster capacity are the server's checks (submit --dry-run)."""
+    messages, and print the plan (layout, batch sizes; parameter counts and memory need the
+    server). Paths, cluster capacity and the plan's counts are the server's: --server (or
+    ``submit --dry-run``)."""
     from shunter.jobspec import SpecError, format_spec_errors
     from shunter.jobspec import validate as validate_spec
+    from shunter.jobspec.plan import plan_for
 
-    opts = merge_opts(None, None, json_)
+    opts = merge_opts(url, token, json_)
+    if server:
+        if not set_ and not spec.is_file():
+            fail(opts, EXIT["invalid"], f"{spec}: no such file")
+        _server_dry_run(opts, read_spec(opts, spec, set_) if set_ else spec, spec)
+        return
     data = read_spec(opts, spec, set_)
     try:
         resolved = validate_spec(data)
     except SpecError as e:
         body = format_spec_errors(e.errors)
         fail_validation(opts, body["detail"], body["message"])
+    plan = plan_for(resolved)
     if opts.json:
-        print_json({"valid": True, "spec": resolved.model_dump(mode="json")})
+        print_json({"valid": True, "spec": resolved.model_dump(mode="json"), "plan": dump(plan)})
     else:
         out.print(f"[green]ok[/]: {spec} is a valid spec")
+        out.print(plan_table(plan))
 
 
 def init(

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from shunter.client.models import Checkpoint, Cluster, Job, MetricPoint, QueueEntry
+from shunter.jobspec.plan import Plan
 
 __all__ = [
     "STATUS_STYLE",
@@ -25,6 +26,7 @@ __all__ = [
     "job_detail",
     "jobs_table",
     "metrics_table",
+    "plan_table",
     "progress_text",
     "queue_table",
     "sparkline",
@@ -168,6 +170,63 @@ def cluster_table(cluster: Cluster) -> Table:
             f"{n.free_cpus:g}/{n.total_cpus:g}",
             f"{n.free_gpus:g}/{n.total_gpus:g}",
         )
+    return table
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024:
+            return f"{size:.1f} {unit}" if unit != "B" else f"{n} B"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def _count(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:.2f}{unit} ({n:,})"
+    return str(n)
+
+
+def plan_table(plan: Plan) -> Table:
+    """A dry run's plan: layout, batch sizes, steps, parameters and memory per device."""
+    table = Table(title="Plan", title_justify="left", box=box.SIMPLE, show_header=False)
+    table.add_column(style="bold")
+    table.add_column()
+    mesh = " x ".join(f"{k}={'?' if v is None else v}" for k, v in plan.mesh.items())
+    table.add_row("strategy", f"{plan.strategy}, world size {plan.world_size}, mesh {mesh}")
+    table.add_row(
+        "batch",
+        f"{plan.per_device_batch_size} per device, {plan.global_batch_size} global "
+        f"(x{plan.data_parallel_size} data-parallel), {plan.accumulated_batch_size} per "
+        f"optimizer step (x{plan.gradient_accumulation_steps} accumulation)",
+    )
+    rows = "unknown" if plan.train_rows is None else f"{plan.train_rows:,}"
+    per_epoch = "unknown" if plan.steps_per_epoch is None else f"{plan.steps_per_epoch:,}"
+    total = "unknown" if plan.total_steps is None else f"{plan.total_steps:,}"
+    approx = "" if plan.steps_exact else " (approximate)"
+    table.add_row("steps", f"{per_epoch} per epoch, {total} total{approx}; train rows {rows}")
+    table.add_row(
+        "parameters",
+        f"{_count(plan.param_count)}, trainable {_count(plan.trainable_param_count)}",
+    )
+    m = plan.memory
+    table.add_row(
+        "memory/device",
+        f"{_bytes(m.total_bytes)} = params {_bytes(m.params_bytes)} + grads "
+        f"{_bytes(m.grads_bytes)} + optimizer {_bytes(m.optimizer_bytes)}",
+    )
+    table.add_row("", f"[dim]{m.basis}[/]")
+    fits = {True: "[green]yes[/]", False: "[red]no[/]", None: "unknown"}[plan.fits]
+    gpu = "" if plan.gpu_memory_bytes is None else f" (GPU memory {_bytes(plan.gpu_memory_bytes)})"
+    table.add_row("fits", fits + gpu)
+    for note in plan.notes:
+        table.add_row("note", note)
     return table
 
 

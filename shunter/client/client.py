@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import httpx
 import yaml
@@ -35,6 +35,7 @@ from shunter.client.errors import ConnectionFailed, ShunterError, raise_for_resp
 from shunter.client.models import (
     Checkpoint,
     Cluster,
+    DryRun,
     Event,
     IssuedToken,
     Job,
@@ -152,13 +153,30 @@ class Client:
 
     # -- jobs -------------------------------------------------------------------------------
 
-    def submit(self, spec: SpecInput, *, idempotency_key: str | None = None) -> Job:
-        """POST a JobSpec; returns the queued job.
+    @overload
+    def submit(
+        self,
+        spec: SpecInput,
+        *,
+        idempotency_key: str | None = None,
+        dry_run: Literal[False] = False,
+    ) -> Job: ...
+
+    @overload
+    def submit(
+        self, spec: SpecInput, *, idempotency_key: str | None = None, dry_run: Literal[True]
+    ) -> DryRun: ...
+
+    def submit(
+        self, spec: SpecInput, *, idempotency_key: str | None = None, dry_run: bool = False
+    ) -> Job | DryRun:
+        """POST a JobSpec; returns the queued job (``dry_run``: the resolved spec and plan).
 
         A file path is sent as it is (``application/yaml``, or ``application/json`` for a
         ``.json`` file), so the server's strict parser is the one that reads it; a mapping or
         model is sent as JSON. Raises ValidationError (422) for an invalid spec and
         BadRequest (400) for a document the API refuses to read (NaN, NUL bytes, ...).
+        ``dry_run=True`` runs the same checks and queues nothing.
         """
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         if isinstance(spec, str | Path):
@@ -170,6 +188,11 @@ class Client:
             # in the client's encoder.
             kind, content = "application/json", json.dumps(load_spec(spec)).encode()
         headers["Content-Type"] = kind
+        if dry_run:
+            body = self._json(
+                "POST", "/v1/jobs", content=content, headers=headers, params={"dry_run": "true"}
+            )
+            return DryRun.model_validate(body)
         return Job.model_validate(self._json("POST", "/v1/jobs", content=content, headers=headers))
 
     def get(self, job_id: str) -> Job:

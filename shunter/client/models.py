@@ -12,11 +12,14 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from shunter.jobspec.plan import Plan
+
 __all__ = [
     "TERMINAL_STATUSES",
     "Checkpoint",
     "Cluster",
     "ClusterNode",
+    "DryRun",
     "Event",
     "IssuedToken",
     "Job",
@@ -90,6 +93,13 @@ class Job(_Read):
     def terminal(self) -> bool:
         """True once the job can no longer change (succeeded, failed or cancelled)."""
         return self.status in TERMINAL_STATUSES
+
+
+class DryRun(_Read):
+    """``POST /v1/jobs?dry_run=true``: the spec as the server would queue it, and its plan."""
+
+    spec: dict[str, Any]
+    plan: Plan
 
 
 class Page(_Read, Generic[T]):

@@ -68,7 +68,8 @@ _PACKED_TASKS = frozenset({"causal-lm", "chat-sft"})
 class MemoryEstimate(BaseModel):
     """Bytes per device for the model states; a part is null when the counts are unknown."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Unknown keys are ignored: a client reads a newer server's plan without failing.
+    model_config = ConfigDict(extra="ignore")
 
     params_bytes: int | None = Field(description="parameters resident on one device")
     grads_bytes: int | None = Field(description="gradients resident on one device")
@@ -86,7 +87,7 @@ class MemoryEstimate(BaseModel):
 class Plan(BaseModel):
     """How a job would run: layout, batch sizes, steps, parameter counts, memory per device."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="ignore")
 
     strategy: str
     world_size: int = Field(description="training processes (one per GPU)")
