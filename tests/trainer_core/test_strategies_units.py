@@ -17,8 +17,8 @@ from transformers import (
 
 from trainer_core.parallel import ParallelConfig, build_engine, init_distributed
 from trainer_core.parallel.blocks import find_blocks
-from trainer_core.parallel.build import _check_tp_world
 from trainer_core.parallel.grad_norm import clip_grad_norm
+from trainer_core.parallel.mesh import check_world
 from trainer_core.parallel.tp import _check_heads
 
 
@@ -39,10 +39,10 @@ from trainer_core.parallel.tp import _check_heads
 )
 def test_world_size_rules(cfg: ParallelConfig, world: int, says: str | None) -> None:
     if says is None:
-        _check_tp_world(cfg, world)
+        check_world(cfg, world)
         return
     with pytest.raises(ValueError) as err:
-        _check_tp_world(cfg, world)
+        check_world(cfg, world)
     assert says in str(err.value)
 
 

@@ -5,11 +5,12 @@ already enabled on the HF model by the loop) -> FSDP per block, then root / or D
 optimizer over the wrapped parameters. DeepSpeed owns wrapping and the optimizer step, so it
 branches off first.
 
-Meshes (``_meshes``): one device mesh ``dp_replicate x dp_shard x tp``. ``tp`` with
-``tensor_parallel_size < world_size`` is 2-D: TP inside each group of adjacent ranks,
-replicated across groups (data sharded by the data-parallel rank, not the global one);
-``fsdp+tp`` shards across groups by ``fsdp.sharding`` (all four modes, ``hybrid_shard`` and
-``no_shard`` as a 3-D mesh). World-size rules are asserted here, where the world is known;
+Meshes (``_meshes``, shaped by the pure ``mesh.mesh_dims``): one device mesh
+``dp_replicate x dp_shard x tp``. ``tp`` with ``tensor_parallel_size < world_size`` is 2-D:
+TP inside each group of adjacent ranks, replicated across groups (data sharded by the
+data-parallel rank, not the global one); ``fsdp+tp`` shards across groups by
+``fsdp.sharding`` (all four modes, ``hybrid_shard`` and ``no_shard`` as a 3-D mesh).
+World-size rules (``mesh.check_world``) are asserted here, where the world is known;
 the JobSpec rejects the same cases at submit.
 """
 
@@ -31,6 +32,7 @@ from trainer_core.parallel.config import ParallelConfig
 from trainer_core.parallel.deepspeed_config import TrainingValues
 from trainer_core.parallel.deepspeed_engine import build_deepspeed
 from trainer_core.parallel.fsdp import apply_fsdp
+from trainer_core.parallel.mesh import check_device, check_world, mesh_dims
 from trainer_core.parallel.torch_engine import TorchEngine
 from trainer_core.parallel.tp import apply_tp
 
@@ -49,10 +51,7 @@ def build_engine(
     engine; ``make_optimizer`` is called once, on the wrapped model. Every rank must build
     the same model from the same seed before calling this. ``training``: the values a
     DeepSpeed config's ``"auto"`` stands for (accumulation, optimizer, schedule)."""
-    if cfg.fp16 and device.type != "cuda":
-        raise ValueError(
-            "training.fp16 needs a CUDA device (a grad scaler on GPU); use bf16 on CPU"
-        )
+    check_device(cfg, device.type)
     if cfg.strategy == "deepspeed":
         return build_deepspeed(
             model, cfg, make_optimizer=make_optimizer, device=device, training=training
@@ -65,7 +64,7 @@ def build_engine(
     autocast = _autocast_dtype(cfg)
 
     if not grouped or (world == 1 and cfg.strategy == "ddp"):
-        _check_tp_world(cfg, world)
+        check_world(cfg, world)
         return TorchEngine(
             model=model,
             unwrapped=unwrapped,
@@ -94,7 +93,7 @@ def build_engine(
         )
 
     # --- meshes -----------------------------------------------------------------------
-    _check_tp_world(cfg, world)
+    check_world(cfg, world)
     tp_mesh, fsdp_mesh, dp_mesh = _meshes(cfg, device, world)
     dp_rank, dp_size, dp_group = 0, 1, None
     if dp_mesh is not None:
@@ -122,55 +121,16 @@ def build_engine(
     )
 
 
-def _check_tp_world(cfg: ParallelConfig, world: int) -> None:
-    tp = cfg.tensor_parallel_size
-    if cfg.strategy in ("tp", "fsdp+tp") and world % tp:
-        raise ValueError(
-            f"strategy {cfg.strategy} needs num_workers ({world}) to be a multiple of "
-            f"tensor_parallel_size ({tp}); pick a TP size that divides it"
-        )
-    if cfg.strategy == "fsdp+tp" and world // tp < 2:
-        raise ValueError(
-            f"strategy fsdp+tp needs num_workers a multiple of tensor_parallel_size={tp} and at "
-            f"least 2x it (got {world} workers); use strategy 'tp' for a single TP group"
-        )
-
-
 def _meshes(
     cfg: ParallelConfig, device: torch.device, world: int
 ) -> tuple[DeviceMesh | None, DeviceMesh | None, DeviceMesh | None]:
     """(TP mesh, FSDP mesh, flat data-parallel mesh); ``None`` where a part is absent.
 
-    One device mesh, dims outer to inner ``dp_replicate x dp_shard x tp`` (size-1 dims
-    omitted, so 1-D cases stay 1-D). TP ranks are adjacent (fastest links inside a node).
-    The data-parallel part follows ``fsdp.sharding``; strategy ``tp`` with more ranks than
-    ``tensor_parallel_size`` replicates the TP groups (FSDP2 with a shard dim of 1: whole
-    parameters per group, gradients all-reduced across groups, as DDP would).
+    The dims are ``mesh_dims``'s (``LOCAL_WORLD_SIZE``: the default hybrid shard group).
     """
-    tp = cfg.tensor_parallel_size if cfg.strategy in ("tp", "fsdp+tp") else 1
-    dp = world // tp
-    if cfg.strategy == "tp":
-        replicate, shard = (dp, 1) if dp > 1 else (1, 1)
-    elif cfg.fsdp_sharding == "no_shard":
-        replicate, shard = dp, 1
-    elif cfg.fsdp_sharding == "hybrid_shard":
-        # Default group: this node's data-parallel ranks (its TP ranks share one dp rank).
-        shard = cfg.hybrid_shard_size or max(
-            1, int(os.environ.get("LOCAL_WORLD_SIZE", world)) // tp
-        )
-        if dp % shard:
-            raise ValueError(
-                f"fsdp.sharding hybrid_shard: {dp} data-parallel ranks is not a multiple of the "
-                f"shard group size {shard}; set distributed.fsdp.hybrid_shard_size to a divisor"
-            )
-        replicate = dp // shard
-    else:
-        replicate, shard = 1, dp
-    two_d = cfg.strategy != "tp" and cfg.fsdp_sharding in ("no_shard", "hybrid_shard")
-    dims = [("dp_replicate", replicate)] if replicate > 1 or two_d else []
-    # FSDP strategies keep a shard dim even of size 1 (a 1-rank group is still FSDP-wrapped).
-    dims += [("dp_shard", shard)] if shard > 1 or dims or cfg.strategy != "tp" else []
-    dims += [("tp", tp)] if tp > 1 else []
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    dims = mesh_dims(cfg, world, local_world=local_world)
+    tp = dict(dims).get("tp", 1)
     if not dims:
         return None, None, None
     mesh = init_device_mesh(
