@@ -289,7 +289,9 @@ def admin_sim(
     tick_s: Annotated[float, typer.Option(help="Scheduler interval (virtual s).")] = 60,
     grace_s: Annotated[float, typer.Option(help="Fair-share preemption grace.")] = 600,
     min_runtime_s: Annotated[float, typer.Option(help="Run time before preemptible.")] = 300,
-    half_life_s: Annotated[float, typer.Option(help="Usage history half-life.")] = 7 * 86400,
+    half_life_s: Annotated[
+        float, typer.Option(help="Usage history half-life (short: traces span hours).")
+    ] = 1800,
 ) -> None:
     """Replay a trace through the live scheduling policy on a virtual clock."""
     import json

@@ -74,7 +74,8 @@ class SimConfig:
     report_delay_s: float = 60.0  # run time before a job's step rate is known
     grace_s: float = 600.0
     min_runtime_s: float = 300.0
-    half_life_s: float = 7 * 24 * 3600.0
+    # Usage history half-life: short against a trace of hours (live: 7 days, weeks of use).
+    half_life_s: float = 1800.0
     eta: bool = True
 
 
