@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from shunter.jobspec.plan import Plan
+from shunter.jobspec.vocab import Priority
 
 __all__ = [
     "CheckpointIn",
@@ -250,7 +251,7 @@ class TeamCreate(_In):
     name: Name
     quota: Quota | None = None
     weight: float = Field(default=1.0, gt=0, le=1000)
-    max_priority: Literal["low", "normal", "high"] = "normal"
+    max_priority: Priority = "normal"
 
 
 class TeamPatch(_In):
@@ -259,7 +260,7 @@ class TeamPatch(_In):
 
     weight: float | None = Field(default=None, gt=0, le=1000)
     quota: Quota | None = None
-    max_priority: Literal["low", "normal", "high"] | None = None
+    max_priority: Priority | None = None
 
 
 class TeamRead(_Out):

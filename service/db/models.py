@@ -34,6 +34,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from shunter.jobspec.vocab import JOB_STATUSES, PRIORITIES
+
 __all__ = [
     "ACTIVE",
     "ATTEMPT_STATUSES",
@@ -58,24 +60,15 @@ __all__ = [
     "utcnow_py",
 ]
 
-# Kept here (not imported from states.py) so the schema never depends on domain code.
-JOB_STATUSES = (
-    "queued",
-    "starting",
-    "running",
-    "cancelling",
-    "succeeded",
-    "failed",
-    "cancelled",
-    "paused",
-)
+# JOB_STATUSES and PRIORITIES (CHECK constraints) are the API's words, from the pure
+# ``shunter.jobspec.vocab`` (never from domain code). The migrations keep their own literal
+# copies: a migration is history and must not change when this list does.
 # preempted: checkpointed and stopped on request (preemption or pause); not a failure.
 ATTEMPT_STATUSES = ("active", "succeeded", "failed", "cancelled", "lost", "preempted")
 STOP_CAUSES = ("preempt", "pause")
 ACTIVE = "active"
 ROLES = ("admin", "member", "viewer")
 FILE_PURPOSES = ("fine-tune",)
-PRIORITIES = ("low", "normal", "high")
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",

@@ -12,9 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from shunter.jobspec.vocab import TERMINAL_STATUSES
+
 __all__ = ["JobAge", "expired", "parse_age"]
 
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _AGE = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 
@@ -31,7 +32,7 @@ def expired(jobs: Iterable[JobAge], *, now: datetime, older_than: timedelta) -> 
     old = [
         j
         for j in jobs
-        if j.status in _TERMINAL and j.finished_at is not None and j.finished_at <= cutoff
+        if j.status in TERMINAL_STATUSES and j.finished_at is not None and j.finished_at <= cutoff
     ]
     return [j.id for j in sorted(old, key=lambda j: (j.finished_at, j.id))]
 

@@ -29,11 +29,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Attempt, Event, Job, SchedulerLease, Team
+from shunter.jobspec.vocab import ACTIVE_STATUSES
 
 __all__ = ["SchedulingCollector"]
 
 _WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
-_RUNNING = ("starting", "running", "cancelling")
+_RUNNING = tuple(sorted(ACTIVE_STATUSES))
 
 
 def _utc(t: datetime) -> datetime:

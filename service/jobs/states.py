@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from service.db.models import ACTIVE, Attempt, Event, Job, utcnow_py
 from service.db.sqltime import utcnow, utcnow_plus
 from service.errors import IllegalTransition, NotFound, StaleAttempt
+from shunter.jobspec.vocab import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 __all__ = [
     "ACTIVE_STATES",
@@ -55,8 +56,10 @@ class JobStatus(enum.StrEnum):
 
 
 S = JobStatus
-TERMINAL = frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED})
-ACTIVE_STATES = frozenset({S.STARTING, S.RUNNING, S.CANCELLING})
+# The typed view of ``shunter.jobspec.vocab``'s statuses (a test keeps the two equal); the
+# groups are vocab's.
+TERMINAL = frozenset(S(s) for s in TERMINAL_STATUSES)
+ACTIVE_STATES = frozenset(S(s) for s in ACTIVE_STATUSES)
 
 # Every legal move. DESIGN.md "Job states", plus: starting -> failed (launch error or a user
 # error before the first step), starting -> cancelling (cancel while launching), and

@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from shunter.jobspec.plan import Plan
+from shunter.jobspec.vocab import TERMINAL_STATUSES
 
 __all__ = [
     "TERMINAL_STATUSES",
@@ -34,9 +35,6 @@ __all__ = [
     "TokenInfo",
     "WhoAmI",
 ]
-
-# Terminal job states: they never change again (DESIGN.md, "Job states").
-TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 T = TypeVar("T")
 
