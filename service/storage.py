@@ -123,8 +123,10 @@ def resolve(uri: str) -> tuple[FileSystem, str]:
 
 
 def to_uri(fs: FileSystem, path: str) -> str:
-    """The URI of ``path`` on ``fs`` (a plain path for the local filesystem)."""
-    return path if fs.type_name == "local" else f"{fs.type_name}://{path}"
+    """The URI of ``path`` on ``fs``: ``s3://...`` on S3, else the path as it is (Ray Train
+    may hand over a wrapped local filesystem)."""
+    kind = getattr(fs, "type_name", "local")
+    return f"{kind}://{path}" if kind in _SCHEMES else path
 
 
 def _make_dir(fs: FileSystem, path: str) -> None:
