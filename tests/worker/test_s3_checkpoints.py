@@ -95,3 +95,18 @@ def test_reported_uris_stay_under_the_jobs_prefix(uri: str) -> None:
         confined(uri, output_dir="s3://b/p/job-1", field="uri")
     ok = confined("s3://b/p/job-1/checkpoint-4", output_dir="s3://b/p/job-1", field="uri")
     assert ok == "s3://b/p/job-1/checkpoint-4"
+
+
+def test_the_launcher_passes_the_store_env_to_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from worker.ray_launcher import ecosystem_env
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
+    settings = SimpleNamespace(s3_endpoint_url="http://minio:9000")
+    env = ecosystem_env(settings, default_hf_home=None)
+    assert env["AWS_ACCESS_KEY_ID"] == "key" and env["AWS_SECRET_ACCESS_KEY"] == "secret"
+    assert env["SHUNTER_S3_ENDPOINT_URL"] == "http://minio:9000"
+    assert "AWS_SESSION_TOKEN" not in env
