@@ -71,7 +71,6 @@ _OURS: tuple[tuple[str, str], ...] = (
     ("/trainer_core/tasks/", USER),
     ("/trainer_core/config.py", USER),
     ("/trainer_core/parallel/config.py", USER),
-    ("/trainer_core/parallel/deepspeed_config.py", USER),
 )
 _THIRD_PARTY: tuple[tuple[str, str], ...] = (
     ("datasets/", USER),

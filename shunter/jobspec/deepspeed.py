@@ -1,10 +1,15 @@
 """The DeepSpeed config dict: ours, the user's pass-through merged over it, ``"auto"`` filled.
 
-Pure (stdlib only, no torch, no process group), so it is unit-tested on its own.
+Pure (stdlib only, no torch, no process group): the trainer builds its DeepSpeed config with
+it, and submission (``rules.py``, pass 1) runs the same checks, so a config that the workers
+would refuse is a 422 at submit. At submit some of the spec's values are known only at run
+time (total steps of an epoch-based run, the model's hidden size): an ``"auto"`` for them is
+left for the run, and a fixed value that the run would compare with them is refused.
 
-1. Ours, from ``ParallelConfig`` and ``TrainingValues``: batch sizes and accumulation
-   (``train_batch_size = micro x accumulation x world``, DeepSpeed's own identity), clipping,
-   ZeRO stage and offload, precision, and the switches that let a plain torch optimizer run.
+1. Ours, from the parallel settings (trainer_core's ``ParallelConfig``) and ``TrainingValues``:
+   batch sizes and accumulation (``train_batch_size = micro x accumulation x world``,
+   DeepSpeed's own identity), clipping, ZeRO stage and offload, precision, and the switches
+   that let a plain torch optimizer run.
 2. The user's ``distributed.deepspeed.config`` is merged over it, key by key.
 3. ``"auto"`` is replaced by the spec's value wherever Hugging Face's integration fills it
    (``HfTrainerDeepSpeedConfig.trainer_config_process`` and ``trainer_config_finalize``,
@@ -26,11 +31,18 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from trainer_core.parallel.config import ParallelConfig
+if TYPE_CHECKING:
+    from shunter.jobspec.models import JobSpec
 
-__all__ = ["DeepSpeedConfigError", "TrainingValues", "deepspeed_config"]
+__all__ = [
+    "DeepSpeedConfigError",
+    "DeepSpeedInputs",
+    "TrainingValues",
+    "deepspeed_config",
+    "deepspeed_config_problems",
+]
 
 _WHERE = "distributed.deepspeed.config"
 # DeepSpeed optimizer type (lower case) -> the training.optim values it stands for.
@@ -50,6 +62,55 @@ _OPTIMIZER_PARAMS = frozenset({"lr", "betas", "eps", "weight_decay", "torch_adam
 
 class DeepSpeedConfigError(ValueError):
     """The pass-through config contradicts the spec or has an ``"auto"`` nobody fills."""
+
+
+class _Parallel(Protocol):
+    """The parallel settings read here (trainer_core's ``ParallelConfig`` has them)."""
+
+    @property
+    def micro_batch_size(self) -> int: ...
+    @property
+    def max_grad_norm(self) -> float | None: ...
+    @property
+    def deepspeed_stage(self) -> int: ...
+    @property
+    def offload_optimizer(self) -> bool: ...
+    @property
+    def offload_param(self) -> bool: ...
+    @property
+    def bf16(self) -> bool: ...
+    @property
+    def fp16(self) -> bool: ...
+    @property
+    def deepspeed_config(self) -> Mapping[str, Any] | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeepSpeedInputs:
+    """``_Parallel`` straight from a spec, for the check at submit."""
+
+    micro_batch_size: int
+    max_grad_norm: float | None
+    deepspeed_stage: int
+    offload_optimizer: bool
+    offload_param: bool
+    bf16: bool
+    fp16: bool
+    deepspeed_config: Mapping[str, Any] | None
+
+    @classmethod
+    def from_spec(cls, spec: JobSpec) -> DeepSpeedInputs:
+        d, t = spec.distributed.deepspeed, spec.training
+        return cls(
+            micro_batch_size=t.per_device_train_batch_size,
+            max_grad_norm=t.max_grad_norm or None,
+            deepspeed_stage=d.stage,
+            offload_optimizer=d.offload_optimizer,
+            offload_param=d.offload_param,
+            bf16=t.bf16,
+            fp16=t.fp16,
+            deepspeed_config=d.config,
+        )
 
 
 class _Training(Protocol):
@@ -112,7 +173,7 @@ class TrainingValues:
 
 
 def deepspeed_config(
-    cfg: ParallelConfig,
+    cfg: _Parallel,
     *,
     world_size: int,
     cuda: bool,
@@ -120,7 +181,53 @@ def deepspeed_config(
     hidden_size: int | None = None,
 ) -> dict[str, Any]:
     """The config for ``deepspeed.initialize`` (see the module docstring for the layers)."""
-    t = training or TrainingValues()
+    config, problems = _build(cfg, world_size, cuda, training or TrainingValues(), hidden_size)
+    if problems:
+        raise DeepSpeedConfigError(
+            "DeepSpeed config disagrees with the spec:\n- "
+            + "\n- ".join(problems)
+            + "\nSet these values to 'auto' (filled from the spec) or remove them."
+        )
+    return config
+
+
+def deepspeed_config_problems(spec: JobSpec) -> list[str]:
+    """What ``deepspeed_config`` would refuse for this spec's run, found at submit. Total steps
+    are known here only when ``max_steps`` is set, the hidden size not at all."""
+    t = spec.training
+    total = t.max_steps if t.max_steps > 0 else None
+    _, problems = _build(
+        DeepSpeedInputs.from_spec(spec),
+        spec.resources.num_workers,
+        False,
+        TrainingValues.from_training(t, total_steps=total),
+        None,
+        at_submit=True,
+    )
+    return problems
+
+
+# Keys whose value may be known only at run time (from the data size or the model).
+_LATER = frozenset(
+    {
+        "scheduler.params.total_num_steps",
+        "scheduler.params.warmup_num_steps",
+        "zero_optimization.reduce_bucket_size",
+        "zero_optimization.stage3_prefetch_bucket_size",
+        "zero_optimization.stage3_param_persistence_threshold",
+    }
+)
+
+
+def _build(
+    cfg: _Parallel,
+    world_size: int,
+    cuda: bool,
+    t: TrainingValues,
+    hidden_size: int | None,
+    *,
+    at_submit: bool = False,
+) -> tuple[dict[str, Any], list[str]]:
     accum = t.gradient_accumulation_steps
     zero: dict[str, Any] = {"stage": cfg.deepspeed_stage}
     if cfg.offload_optimizer:
@@ -144,17 +251,16 @@ def deepspeed_config(
     user = copy.deepcopy(dict(cfg.deepspeed_config or {}))
     problems: list[str] = []
     for dotted, value, must_match in _auto_values(ours, t, hidden_size, cfg.deepspeed_stage):
-        _fill(user, dotted, value, must_match=must_match, problems=problems)
+        later = at_submit and value is None and dotted in _LATER
+        _fill(user, dotted, value, must_match=must_match, later=later, problems=problems)
     problems += _check_optimizer(user.pop("optimizer", None), t)
     problems += _check_scheduler(user.pop("scheduler", None), t)
-    problems += [f"{_WHERE}.{k} is 'auto' but nothing fills it; give a value" for k in _autos(user)]
-    if problems:
-        raise DeepSpeedConfigError(
-            "DeepSpeed config disagrees with the spec:\n- "
-            + "\n- ".join(problems)
-            + "\nSet these values to 'auto' (filled from the spec) or remove them."
-        )
-    return _merge(ours, user)
+    problems += [
+        f"{_WHERE}.{k} is 'auto' but nothing fills it; give a value"
+        for k in _autos(user)
+        if not (at_submit and k in _LATER)
+    ]
+    return _merge(ours, user), problems
 
 
 def _auto_values(
@@ -200,8 +306,16 @@ def _auto_values(
 
 
 def _fill(
-    config: dict[str, Any], dotted: str, value: Any, *, must_match: bool, problems: list[str]
+    config: dict[str, Any],
+    dotted: str,
+    value: Any,
+    *,
+    must_match: bool,
+    later: bool = False,
+    problems: list[str],
 ) -> None:
+    """Fill an ``"auto"`` at ``dotted`` with ``value``, or note a given value that contradicts
+    it. ``later``: the value is known only at run time, so a fixed one cannot be checked now."""
     *parents, key = dotted.split(".")
     node: Any = config
     for part in parents:
@@ -213,7 +327,12 @@ def _fill(
         if value is not None:
             node[key] = value
         return
-    if must_match and value is not None and not _same(given, value):
+    if must_match and later:
+        problems.append(
+            f"{_WHERE}.{dotted} is {given!r} but the spec's value is known only at run time "
+            "(it depends on the data size); use 'auto', or set training.max_steps"
+        )
+    elif must_match and value is not None and not _same(given, value):
         problems.append(f"{_WHERE}.{dotted} is {given!r} but the spec implies {value!r}")
 
 

@@ -16,8 +16,8 @@ Decisions written down here:
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
+from shunter.jobspec.deepspeed import deepspeed_config_problems
 from shunter.jobspec.errors import FieldError
 from shunter.jobspec.models import JobSpec
 from shunter.jobspec.safety import safety_errors
@@ -282,39 +282,18 @@ def _deepspeed(spec: JobSpec) -> Iterator[FieldError]:
     yield from _deepspeed_config_agrees(spec)
 
 
+_DS_CONFIG = "distributed.deepspeed.config"
+
+
 def _deepspeed_config_agrees(spec: JobSpec) -> Iterator[FieldError]:
-    # A pass-through DeepSpeed config must not contradict the spec's own fields; DeepSpeed
-    # would fail (batch sizes) or silently win (stage, precision) at run time. "auto"
-    # defers to ours, as in Hugging Face's integration.
-    cfg = spec.distributed.deepspeed.config or {}
-    t = spec.training
-    global_batch = t.per_device_train_batch_size * t.gradient_accumulation_steps
-    expected: list[tuple[str, object]] = [
-        ("train_micro_batch_size_per_gpu", t.per_device_train_batch_size),
-        ("gradient_accumulation_steps", t.gradient_accumulation_steps),
-        ("train_batch_size", global_batch * spec.resources.num_workers),
-        ("zero_optimization.stage", spec.distributed.deepspeed.stage),
-        ("fp16.enabled", t.fp16),
-        ("bf16.enabled", t.bf16),
-    ]
-    for dotted, ours in expected:
-        given = _lookup(cfg, dotted)
-        # type() too: True == 1 in Python, but `stage: true` is not stage 1.
-        if given is None or given == "auto" or (given == ours and type(given) is type(ours)):
-            continue
-        yield FieldError(
-            "distributed.deepspeed.config",
-            f"{dotted} is {given!r} but the spec implies {ours!r}; remove it or use 'auto'",
-        )
-
-
-def _lookup(cfg: dict[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for key in dotted.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(key)
-    return node
+    # The trainer's own check (shunter.jobspec.deepspeed), run now: a pass-through config
+    # that contradicts the spec would fail (batch sizes, optimizer) or silently win (stage,
+    # precision) at run time. "auto" defers to the spec, as in Hugging Face's integration.
+    for problem in deepspeed_config_problems(spec):
+        message = problem.removeprefix(_DS_CONFIG + ".")
+        if "but the spec implies" in message:
+            message += "; remove it or use 'auto'"
+        yield FieldError(_DS_CONFIG, message)
 
 
 def _lora(spec: JobSpec) -> Iterator[FieldError]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from shunter.jobspec.deepspeed import DeepSpeedConfigError, deepspeed_config
 from trainer_core.parallel import ParallelConfig, TrainingValues
-from trainer_core.parallel.deepspeed_config import DeepSpeedConfigError, deepspeed_config
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ applies ``cfg.strategy`` (single process, DDP, FSDP2, DeepSpeed ZeRO, TP, FSDP2+
 place and returns an ``Engine`` whose verbs the loop calls without knowing the backend.
 """
 
+from shunter.jobspec.deepspeed import TrainingValues
 from trainer_core.parallel.build import build_engine
 from trainer_core.parallel.config import ParallelConfig
-from trainer_core.parallel.deepspeed_config import TrainingValues
 from trainer_core.parallel.dist import DistInfo, init_distributed
 
 __all__ = ["DistInfo", "ParallelConfig", "TrainingValues", "build_engine", "init_distributed"]

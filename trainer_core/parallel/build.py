@@ -27,9 +27,9 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 from torch.nn.parallel import DistributedDataParallel
 
+from shunter.jobspec.deepspeed import TrainingValues
 from trainer_core.engine import Engine
 from trainer_core.parallel.config import ParallelConfig
-from trainer_core.parallel.deepspeed_config import TrainingValues
 from trainer_core.parallel.deepspeed_engine import build_deepspeed
 from trainer_core.parallel.fsdp import apply_fsdp
 from trainer_core.parallel.mesh import check_device, check_world, mesh_dims

@@ -34,8 +34,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shunter.jobspec.deepspeed import TrainingValues, deepspeed_config
 from trainer_core.parallel.config import ParallelConfig
-from trainer_core.parallel.deepspeed_config import TrainingValues, deepspeed_config
 from trainer_core.parallel.grad_norm import clip_grad_norm
 
 __all__ = ["DeepSpeedEngine", "build_deepspeed"]
