@@ -30,6 +30,7 @@ from service.http import docs
 from service.http import sse as stream
 from service.http.deps import AppState
 from service.http.error_mapping import install_error_handlers
+from service.http.job_poll import JobPollMiddleware
 from service.http.middleware import (
     BodyLimitMiddleware,
     RateLimitMiddleware,
@@ -132,6 +133,8 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     app.include_router(data_roots.router)
     for router in routers:
         app.include_router(router)
+    # Innermost: polls of one job skip the framework (errors still come from the route).
+    app.add_middleware(JobPollMiddleware)
     # Outermost first to run: the body limit sees the request before anything parses it.
     app.add_middleware(RequestMetricsMiddleware, requests=metrics.requests, latency=metrics.latency)
     app.add_middleware(
