@@ -3,12 +3,13 @@
 ``plan_facts(spec)`` takes a resolved spec (pass 2 made its local paths absolute) and returns
 the keyword arguments of ``shunter.jobspec.plan.plan_for``; each is None when unknown.
 
-- Parameter counts: the model is built from its config on the ``meta`` device (shapes, no
-  storage, no weights read), for ``from_scratch`` with ``config_overrides.model_type`` or a
-  local model folder's ``config.json``; LoRA/PEFT adapters are added the same way for the
-  trainable count. Hub models: None (a dry run does not go to the network). torch and
-  transformers are not dependencies of the server extra (the import-linter contract keeps
-  ``service`` off them), so they are looked up at call time: absent -> None.
+- Parameter counts: computed from the model's config, no torch
+  (``shunter.jobspec.spec_counts``): a local model folder's ``config.json`` (read by
+  ``service.jobs.paths``, the same size-capped read pass 2 uses) or, for ``from_scratch``,
+  ``config_overrides.model_type``'s defaults; ``config_overrides`` on top; a from-scratch
+  vocabulary sized to the local tokenizer's ``tokenizer.json``. LoRA/IA3/prefix-tuning
+  trainable counts follow PEFT's rules. Hub models and families the counter does not
+  describe: None (a dry run does not go to the network, and never guesses).
 - Train rows: non-blank lines of a local jsonl/text file, minus the header for a csv, the row
   count in a parquet file's footer; None for json arrays, ``save_to_disk`` folders and hubs.
   Files over ``_MAX_COUNT_BYTES`` are not read (None). A csv with quoted newlines counts its
@@ -21,36 +22,15 @@ from __future__ import annotations
 
 import importlib
 import os
-from pathlib import Path
-from typing import Any
 
+from service.jobs.paths import local_model_config
 from shunter.jobspec import JobSpec
+from shunter.jobspec.model_files import tokenizer_size
+from shunter.jobspec.spec_counts import spec_param_counts
 
 __all__ = ["param_counts", "plan_facts", "train_rows"]
 
 _MAX_COUNT_BYTES = 256 * 1024**2
-_AUTO_CLASS = {
-    "causal-lm": "AutoModelForCausalLM",
-    "chat-sft": "AutoModelForCausalLM",
-    "sequence-classification": "AutoModelForSequenceClassification",
-    "regression": "AutoModelForSequenceClassification",
-    "multi-label-classification": "AutoModelForSequenceClassification",
-    "token-classification": "AutoModelForTokenClassification",
-    "masked-lm": "AutoModelForMaskedLM",
-    "seq2seq": "AutoModelForSeq2SeqLM",
-    "question-answering": "AutoModelForQuestionAnswering",
-}
-_PEFT_TASK = {
-    "causal-lm": "CAUSAL_LM",
-    "chat-sft": "CAUSAL_LM",
-    "sequence-classification": "SEQ_CLS",
-    "regression": "SEQ_CLS",
-    "multi-label-classification": "SEQ_CLS",
-    "token-classification": "TOKEN_CLS",
-    "masked-lm": "FEATURE_EXTRACTION",
-    "seq2seq": "SEQ_2_SEQ_LM",
-    "question-answering": "QUESTION_ANS",
-}
 
 
 def plan_facts(spec: JobSpec) -> dict[str, int | None]:
@@ -61,91 +41,13 @@ def plan_facts(spec: JobSpec) -> dict[str, int | None]:
 
 def param_counts(spec: JobSpec) -> tuple[int | None, int | None]:
     """(all parameters, trainable ones) of the model the spec builds; None where unknown."""
-    try:
-        torch = importlib.import_module("torch")
-        transformers = importlib.import_module("transformers")
-    except ImportError:
-        return None, None
-    try:
-        config = _config(spec, transformers)
-        if config is None:
-            return None, None
-        auto = getattr(transformers, _AUTO_CLASS[spec.model.task])
-        with torch.device("meta"):
-            model = auto.from_config(config)
-        total: int = sum(p.numel() for p in model.parameters())
-        if spec.model.lora is None and spec.model.peft is None:
-            return total, total
-        return total, _adapter_trainable(spec, model)
-    except Exception:  # a config transformers refuses: pass 2 or the worker says why
-        return None, None
-
-
-def _config(spec: JobSpec, transformers: Any) -> Any:
     m = spec.model
-    overrides: dict[str, Any] = dict(m.config_overrides)
-    if m.task == "regression":
-        overrides.update(num_labels=1, problem_type="regression")
-    elif m.task == "multi-label-classification":
-        overrides.update(num_labels=m.num_labels, problem_type="multi_label_classification")
-    elif m.num_labels is not None and "classification" in m.task:
-        overrides["num_labels"] = m.num_labels
-    local = m.name_or_path is not None and os.path.isfile(Path(m.name_or_path) / "config.json")
-    if m.from_scratch and "vocab_size" not in overrides and not local:
-        # trainer_core sizes a scratch vocabulary to the tokenizer: read a local one.
-        vocab = _tokenizer_size(m.tokenizer or m.name_or_path, transformers)
-        if vocab is None:
-            return None
-        overrides["vocab_size"] = vocab
-    if local:
-        assert m.name_or_path is not None
-        overrides.pop("model_type", None)
-        return transformers.AutoConfig.from_pretrained(
-            m.name_or_path, trust_remote_code=False, **overrides
-        )
-    model_type = overrides.pop("model_type", None)
-    if not m.from_scratch or not isinstance(model_type, str):
-        return None
-    return transformers.AutoConfig.for_model(model_type, **overrides)
-
-
-def _tokenizer_size(source: str | None, transformers: Any) -> int | None:
-    if source is None or not os.path.isdir(source):
-        return None
-    tok = transformers.AutoTokenizer.from_pretrained(source, trust_remote_code=False)
-    return len(tok)
-
-
-def _adapter_trainable(spec: JobSpec, model: Any) -> int | None:
-    try:
-        peft = importlib.import_module("peft")
-    except ImportError:
-        return None
-    m, task = spec.model, _PEFT_TASK[spec.model.task]
-    if m.lora is not None:
-        config = peft.LoraConfig(
-            r=m.lora.r,
-            lora_alpha=m.lora.alpha,
-            target_modules=m.lora.target_modules,
-            task_type=task,
-        )
-    elif m.peft is not None and m.peft.adapter == "ia3":
-        config = peft.IA3Config(
-            task_type=task,
-            target_modules=m.peft.target_modules,
-            feedforward_modules=m.peft.feedforward_modules,
-        )
-    elif m.peft is not None:
-        config = peft.PrefixTuningConfig(
-            task_type=task, num_virtual_tokens=m.peft.num_virtual_tokens or 20
-        )
-    else:
-        return None
-    torch = importlib.import_module("torch")
-    with torch.device("meta"):
-        wrapped = peft.get_peft_model(model, config)
-    trainable: int = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
-    return trainable
+    tokenizer = m.tokenizer or m.name_or_path
+    vocab = None
+    # Pass 2 resolved local folders to absolute paths inside the data roots; a hub id is not.
+    if m.from_scratch and tokenizer is not None and os.path.isabs(tokenizer):
+        vocab = tokenizer_size(tokenizer)
+    return spec_param_counts(spec, local_config=local_model_config(spec), vocab_size=vocab)
 
 
 def train_rows(spec: JobSpec) -> int | None:

@@ -299,12 +299,14 @@ def validate(
     json_: JsonOpt = False,
 ) -> None:
     """Validate a spec offline: schema, types, bounds and cross-field rules, with the server's
-    messages, and print the plan (layout, batch sizes; parameter counts and memory need the
-    server). Paths, cluster capacity and the plan's counts are the server's: --server (or
-    ``submit --dry-run``)."""
+    messages, and print the plan (layout, batch sizes; parameter counts and memory when the
+    model's config is at hand: from_scratch with config_overrides, or a model folder with
+    config.json under the working directory). Paths, cluster capacity and train rows are the
+    server's: --server (or ``submit --dry-run``)."""
     from shunter.jobspec import SpecError, format_spec_errors
     from shunter.jobspec import validate as validate_spec
     from shunter.jobspec.plan import plan_for
+    from shunter.jobspec.spec_counts import local_counts
 
     opts = merge_opts(url, token, json_)
     if server:
@@ -318,7 +320,8 @@ def validate(
     except SpecError as e:
         body = format_spec_errors(e.errors)
         fail_validation(opts, body["detail"], body["message"])
-    plan = plan_for(resolved)
+    params, trainable = local_counts(resolved)
+    plan = plan_for(resolved, param_count=params, trainable_count=trainable)
     if opts.json:
         print_json({"valid": True, "spec": resolved.model_dump(mode="json"), "plan": dump(plan)})
     else:

@@ -1,10 +1,11 @@
 """The plan of a job, from its spec alone: layout, batch sizes, steps and memory per device.
 
 ``plan_for(spec, ...)`` is pure arithmetic. Facts the spec does not hold come in as
-arguments, ``None`` when unknown: ``param_count`` / ``trainable_count`` (the service counts
-them on a meta-device model, ``service.jobs.plan_facts``), ``train_rows`` (rows of a local
-train file) and ``gpu_memory_bytes`` (the server setting ``SHUNTER_GPU_MEMORY_BYTES``).
-Offline (``shunter validate``) the layout and batch sizes are known; counts are not.
+arguments, ``None`` when unknown: ``param_count`` / ``trainable_count`` (counted from the
+model's config, ``shunter.jobspec.spec_counts``), ``train_rows`` (rows of a local train file,
+``service.jobs.plan_facts``) and ``gpu_memory_bytes`` (the server setting
+``SHUNTER_GPU_MEMORY_BYTES``). Offline (``shunter validate``) the layout and batch sizes are
+known, and the counts when the config is at hand (from_scratch overrides, a local folder).
 
 Layout mirrors ``trainer_core.parallel.build._meshes``: one mesh ``dp_replicate x dp_shard x
 tp`` (ddp and deepspeed: a flat ``dp`` group of every rank).

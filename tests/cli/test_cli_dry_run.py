@@ -78,3 +78,43 @@ def test_dry_run_of_a_bad_spec_exits_2(live: LiveServer, member: str, tmp_path: 
     assert run("validate", str(path)).exit_code == 0  # offline cannot see the data root
     result = run("submit", "--dry-run", str(path), "--url", live.url, "--token", member)
     assert result.exit_code == 2 and "data.train" in result.output
+
+
+def test_offline_validate_counts_a_from_scratch_config(tmp_path: Path) -> None:
+    """config_overrides with vocab_size pinned: the counts and memory are known offline."""
+    from shunter.jobspec.param_count import count_params
+
+    spec = valid_spec("scratch")
+    spec["model"]["config_overrides"]["vocab_size"] = 100
+    plan = as_json(run("validate", str(write(tmp_path, spec)), "--json"))["plan"]
+    expected = count_params(
+        {**spec["model"]["config_overrides"], "num_labels": 2}, "sequence-classification"
+    )
+    assert expected is not None and plan["param_count"] == expected
+    assert plan["trainable_param_count"] == expected
+    assert plan["memory"]["total_bytes"] == 16 * expected  # fp32 + AdamW, one DDP rank
+    spec["model"]["config_overrides"]["vocab_size"] = 101  # one more row of hidden_size 32
+    wider = as_json(run("validate", str(write(tmp_path, spec)), "--json"))["plan"]
+    assert wider["param_count"] == expected + 32
+
+
+def test_offline_validate_reads_a_local_model_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model folder under the working directory: its config.json is read (no torch)."""
+    folder = tmp_path / "models" / "tiny"
+    folder.mkdir(parents=True)
+    config = {"model_type": "llama", "hidden_size": 16, "intermediate_size": 32,
+              "num_hidden_layers": 1, "num_attention_heads": 2, "vocab_size": 50}  # fmt: skip
+    (folder / "config.json").write_text(json.dumps(config))
+    spec = valid_spec("local")
+    spec["model"] = {"name_or_path": "models/tiny", "task": "causal-lm", "lora": {"r": 2}}
+    del spec["data"]["label_field"]
+    monkeypatch.chdir(tmp_path)
+    plan = as_json(run("validate", str(write(tmp_path, spec)), "--json"))["plan"]
+    # embed + q,k,v,o + MLP + 2 norms + final norm + untied lm_head; LoRA r=2 on q and v.
+    assert plan["param_count"] == 50 * 16 + 4 * 16 * 16 + 3 * 16 * 32 + 3 * 16 + 50 * 16
+    assert plan["trainable_param_count"] == 2 * 2 * (16 + 16)
+    monkeypatch.chdir(tmp_path / "models")  # elsewhere the folder is not found: unknown
+    plan = as_json(run("validate", str(tmp_path / "job.yaml"), "--json"))["plan"]
+    assert plan["param_count"] is None

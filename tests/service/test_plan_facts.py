@@ -108,3 +108,63 @@ def test_hub_data_rows_are_unknown() -> None:
         }
     )
     assert train_rows(s) is None
+
+
+def _meta_numel(config: Any, auto: str) -> int:
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        model = getattr(transformers, auto).from_config(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_from_scratch_vocabulary_is_the_local_tokenizers() -> None:
+    """No vocab_size: trainer_core sizes it to len(tokenizer); read from tokenizer.json."""
+    transformers = pytest.importorskip("transformers")
+    from tests.e2e.harness import MINILM_DIR
+
+    overrides = {k: v for k, v in _TINY_LLAMA.items() if k != "vocab_size"}
+    s = spec(from_scratch=True, tokenizer=str(MINILM_DIR), config_overrides=overrides)
+    vocab = len(transformers.AutoTokenizer.from_pretrained(str(MINILM_DIR)))
+    fields = {k: v for k, v in overrides.items() if k != "model_type"}
+    config = transformers.AutoConfig.for_model("llama", **fields, vocab_size=vocab)
+    assert param_counts(s)[0] == _meta_numel(config, "AutoModelForCausalLM")
+    hub_tokenizer = spec(from_scratch=True, tokenizer="gpt2", config_overrides=overrides)
+    assert param_counts(hub_tokenizer) == (None, None)  # no network: unknown
+
+
+def test_local_pretrained_model_counts_its_config() -> None:
+    """MiniLM's own config.json (a BERT), with a 5-label classifier and an IA3 adapter."""
+    transformers = pytest.importorskip("transformers")
+    from tests.e2e.harness import MINILM_DIR
+
+    s = validate(
+        {
+            "name": "minilm",
+            "model": {
+                "name_or_path": str(MINILM_DIR),
+                "task": "sequence-classification",
+                "num_labels": 5,
+                "peft": {"adapter": "ia3"},
+            },
+            "data": {"train": "train.jsonl", "label_field": "label"},
+        }
+    )
+    config = transformers.AutoConfig.from_pretrained(str(MINILM_DIR), num_labels=5)
+    total, trainable = param_counts(s)
+    assert total == _meta_numel(config, "AutoModelForSequenceClassification")
+    # IA3 on key, value (384 each) and both output.dense (384 out, 1536 in: feed-forward
+    # by PEFT's suffix rule, the attention one 384 in) per layer, plus the classifier copy.
+    assert trainable == 6 * (384 + 384 + 384 + 1536) + (384 * 5 + 5)
+
+
+def test_plan_facts_imports_no_training_package() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, service.jobs.plan_facts\n"
+        "bad = {'torch', 'transformers', 'peft'} & set(sys.modules)\n"
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

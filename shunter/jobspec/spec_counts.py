@@ -1,0 +1,80 @@
+"""A spec's parameter counts (all, trainable): the config trainer_core builds, counted.
+
+``spec_param_counts(spec, local_config=..., tokenizer_size=...)`` merges what
+``trainer_core.model.build_model`` merges: a local model's ``config.json`` (or, from scratch
+without ``name_or_path``, ``config_overrides.model_type``'s defaults), then
+``config_overrides``; a from-scratch vocabulary is the tokenizer's size unless
+``vocab_size`` is pinned; then the task's labels. Counting is
+``shunter.jobspec.param_count``. The caller reads the files: the service through its pass-2
+path checks, ``shunter validate`` from folders relative to the working directory
+(``local_counts``). Hub models are unknown (None): nothing here goes to the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from shunter.jobspec.model_files import read_config, tokenizer_size
+from shunter.jobspec.models import JobSpec
+from shunter.jobspec.param_count import count_params, task_config, trainable_params
+
+__all__ = ["local_counts", "spec_model_config", "spec_param_counts"]
+
+
+def spec_model_config(
+    spec: JobSpec, *, local_config: dict[str, Any] | None, vocab_size: int | None
+) -> dict[str, Any] | None:
+    """The config dict the spec's model is built from; None when it cannot be known.
+
+    ``local_config``: ``name_or_path``'s ``config.json`` (None for a hub model);
+    ``vocab_size``: ``len(tokenizer)``, used by a from-scratch model without its own.
+    """
+    m = spec.model
+    overrides = {k: v for k, v in m.config_overrides.items() if k != "model_type"}
+    if m.name_or_path is not None:
+        if local_config is None:
+            return None
+        config = {**local_config, **overrides}
+    else:
+        config = dict(m.config_overrides)  # from scratch: rules require model_type
+    if m.from_scratch and "vocab_size" not in overrides:
+        # trainer_core sizes a fresh vocabulary to the tokenizer unless it is pinned.
+        if vocab_size is None:
+            return None
+        config["vocab_size"] = vocab_size
+    return task_config(config, m.task, m.num_labels)
+
+
+def spec_param_counts(
+    spec: JobSpec, *, local_config: dict[str, Any] | None, vocab_size: int | None
+) -> tuple[int | None, int | None]:
+    """(all parameters, trainable ones) of the spec's model; None where unknown."""
+    config = spec_model_config(spec, local_config=local_config, vocab_size=vocab_size)
+    if config is None:
+        return None, None
+    m = spec.model
+    total = count_params(config, m.task)
+    if total is None:
+        return None, None
+    if m.lora is None and m.peft is None:
+        return total, total
+    return total, trainable_params(config, m.task, lora=m.lora, peft=m.peft)
+
+
+def local_counts(spec: JobSpec, base: Path | None = None) -> tuple[int | None, int | None]:
+    """Counts offline: ``name_or_path`` / ``tokenizer`` read as folders under ``base`` (the
+    working directory by default) when they are; otherwise unknown as for a hub model."""
+    m = spec.model
+    model_dir = _folder(m.name_or_path, base)
+    local_config = read_config(model_dir) if model_dir is not None else None
+    tok_dir = _folder(m.tokenizer or m.name_or_path, base)
+    vocab = tokenizer_size(tok_dir) if m.from_scratch and tok_dir is not None else None
+    return spec_param_counts(spec, local_config=local_config, vocab_size=vocab)
+
+
+def _folder(value: str | None, base: Path | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value) if base is None else base / value
+    return path if path.is_dir() else None
