@@ -168,3 +168,18 @@ def test_plan_facts_imports_no_training_package() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_from_scratch_on_a_local_config_takes_the_tokenizers_vocabulary(model_dir: Path) -> None:
+    """As trainer_core: a fresh model's vocabulary is len(tokenizer) unless overridden."""
+    from tests.e2e.harness import MINILM_DIR
+
+    s = spec(from_scratch=True, name_or_path=str(model_dir), tokenizer=str(MINILM_DIR))
+    assert param_counts(s)[0] == TINY_LLAMA_PARAMS + 2 * (30522 - V) * H
+    pinned = spec(
+        from_scratch=True,
+        name_or_path=str(model_dir),
+        tokenizer=str(MINILM_DIR),
+        config_overrides={"vocab_size": V},
+    )
+    assert param_counts(pinned)[0] == TINY_LLAMA_PARAMS
