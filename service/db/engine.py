@@ -82,7 +82,10 @@ class Database:
         self.url = url
         self.engine = make_engine(url, pool_size=pool_size)
         write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
-        self._single_engine = self.engine.execution_options(**{_SINGLE_OPTION: True})
+        single: dict[str, Any] = {_SINGLE_OPTION: True}
+        if not self.is_sqlite:  # no BEGIN and no ROLLBACK round trips around one statement
+            single["isolation_level"] = "AUTOCOMMIT"
+        self._single_engine = self.engine.execution_options(**single)
         self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Public for the scheduler: ``with db.write_sessions.begin() as s: ...``.
         self.write_sessions = sessionmaker(write_engine, expire_on_commit=False)
