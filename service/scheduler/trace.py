@@ -226,6 +226,14 @@ def generate_contended(
     Deterministic for ``seed``; the teams' first submits are staggered by a few minutes."""
     rng = random.Random(seed)
     total_w = sum(weights.values())
+    sizes = (1, 1, 1, 1, 2, 4)
+    durations = (600.0, 1200.0, 1800.0, 2700.0, 3600.0)
+    mean_gpus = (
+        gang_fraction / 2 * 2 * node_gpus
+        + gang_fraction / 2 * node_gpus
+        + (1 - gang_fraction) * sum(sizes) / len(sizes)
+    )
+    mean_gpu_s = mean_gpus * sum(durations) / len(durations)
     out: list[dict[str, Any]] = []
     for k, (team, weight) in enumerate(sorted(weights.items())):
         gpus_share = cluster_gpus * weight / total_w
@@ -238,8 +246,8 @@ def generate_contended(
             elif r < gang_fraction:
                 workers, gpw = 1, float(node_gpus)
             else:
-                workers, gpw = 1, float(rng.choice([1, 1, 1, 1, 2, 4]))
-            duration = rng.choice([600.0, 1200.0, 1800.0, 2700.0, 3600.0])
+                workers, gpw = 1, float(rng.choice(sizes))
+            duration = rng.choice(durations)
             out.append(
                 {
                     "id": f"{team}{n:04d}",
@@ -255,6 +263,7 @@ def generate_contended(
                 }
             )
             n += 1
-            # GPU-seconds submitted per second ~= load x the team's share of the cluster.
-            t += rng.expovariate(load * gpus_share / (workers * gpw * duration))
+            # GPU-seconds submitted per second ~= load x the team's share of the cluster
+            # (on average over the mix, so one large job does not leave a long gap).
+            t += rng.expovariate(load * gpus_share / mean_gpu_s)
     return sorted(out, key=lambda x: (x["submit_s"], x["id"]))
