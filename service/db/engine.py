@@ -10,9 +10,13 @@ transaction (plain deferred ``BEGIN``: WAL readers never block writers).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -75,6 +79,37 @@ def is_retryable(exc: BaseException) -> bool:
     return sqlstate in {"40001", "40P01"}
 
 
+class SqliteWriteLock:
+    """One SQLite writer at a time across this machine's processes, waiting without polling.
+
+    SQLite admits one writer; a writer that finds the lock taken sleeps in its busy handler
+    (1 ms growing to 100 ms per retry) and may lose to newcomers again and again, so under
+    concurrent submits a few wait seconds. Writers here queue on a thread lock and an
+    ``flock`` on ``<db>.writelock`` instead, which wake the next waiter as soon as the
+    holder is done. Re-entrant: a write inside a write takes it once."""
+
+    def __init__(self, db_path: str | None) -> None:
+        self._thread = threading.RLock()
+        self._path = f"{db_path}.writelock" if db_path else None
+        self._fd: int | None = None
+        self._depth = 0
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        with self._thread:
+            if self._depth == 0 and self._path is not None:
+                if self._fd is None:
+                    self._fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self._depth += 1
+            try:
+                yield
+            finally:
+                self._depth -= 1
+                if self._depth == 0 and self._fd is not None:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
 class Database:
     """Owns the engine and the two session factories (read, write)."""
 
@@ -89,6 +124,10 @@ class Database:
         self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Public for the scheduler: ``with db.write_sessions.begin() as s: ...``.
         self.write_sessions = sessionmaker(write_engine, expire_on_commit=False)
+        self._sqlite_writes: SqliteWriteLock | None = None
+        if self.is_sqlite:
+            path = self.engine.url.database
+            self._sqlite_writes = SqliteWriteLock(path if path and path != ":memory:" else None)
 
     def __call__(self) -> Session:
         """A write session: ``Database`` doubles as a session factory for the scheduler."""
@@ -100,7 +139,10 @@ class Database:
 
     def write(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in a write transaction, commit, re-run on lock contention."""
-        return self._run(self.write_sessions, fn)
+        if self._sqlite_writes is None:
+            return self._run(self.write_sessions, fn)
+        with self._sqlite_writes.hold():
+            return self._run(self.write_sessions, fn)
 
     def read(self, fn: Callable[[Session], T]) -> T:
         """Run ``fn`` in a read-only transaction (never committed)."""

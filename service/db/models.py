@@ -176,6 +176,7 @@ class Job(Base):
         Index("ix_jobs_team_id", "team", "id"),
         Index("ix_jobs_status_created", "status", "created_at"),
         Index("ix_jobs_status_queue_position", "status", "queue_position"),
+        Index("ix_jobs_status_priority", "status", "priority"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "job-<sortable>"

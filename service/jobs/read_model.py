@@ -34,9 +34,16 @@ def first_queue_position(session: Session, *, job_id: str, priority: str) -> int
     rank = PRIORITY_RANK.get(priority, 1)
     ahead_classes = [name for name, r in PRIORITY_RANK.items() if r <= rank]
     queued = (Job.status == "queued", Job.id != job_id)
+    # Counted on the (status, priority) index alone (an id filter would read every row);
+    # the job itself, if it is already queued in one of these classes, is not ahead of itself.
     ahead = session.execute(
-        select(func.count()).select_from(Job).where(*queued, Job.priority.in_(ahead_classes))
+        select(func.count())
+        .select_from(Job)
+        .where(Job.status == "queued", Job.priority.in_(ahead_classes))
     ).scalar_one()
+    itself = session.execute(select(Job.status, Job.priority).where(Job.id == job_id)).first()
+    if itself is not None and itself.status == "queued" and itself.priority in ahead_classes:
+        ahead -= 1
     position = int(ahead) + 1
     session.execute(
         update(Job)
