@@ -291,7 +291,7 @@ def admin_sim(
     min_runtime_s: Annotated[float, typer.Option(help="Run time before preemptible.")] = 300,
     half_life_s: Annotated[
         float, typer.Option(help="Usage history half-life (short: traces span hours).")
-    ] = 1800,
+    ] = 3600,
 ) -> None:
     """Replay a trace through the live scheduling policy on a virtual clock."""
     import json

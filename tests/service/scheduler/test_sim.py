@@ -173,7 +173,7 @@ def test_unbounded_jobs_borrow_reserved_capacity_and_gangs_still_start() -> None
     preemptions, every gang started long before FIFO starts it, shares closer than FIFO's."""
     jobs = gangs_among_unbounded_small_jobs()
     # Each gang is the whole cluster, 4x a weight-1 team's share: a short half-life swings
-    # the shares after each one (worst share error 0.59 at the sim's default 1800 s, FIFO
+    # the shares after each one (worst share error 0.59 with a 1800 s half-life, FIFO
     # 0.47); a long one, as live, keeps them within 0.2.
     fair = run(jobs, "fair", half_life_s=7 * 86400.0)
     fifo = run(jobs, "fifo")
