@@ -13,7 +13,6 @@ victim (a team allowed ``high`` submits) and is skipped while the loop has no pr
 
 from __future__ import annotations
 
-import inspect
 import re
 import time
 from collections.abc import Iterator
@@ -119,15 +118,7 @@ def test_preempted_by_request(api: ApiServer) -> None:
     _assert_bar(api, low, high, asked_at)
 
 
-def _scheduler_preempts() -> bool:
-    import service.scheduler.loop as loop
-
-    return "request_preemption" in inspect.getsource(loop)
-
-
 def test_preempted_by_the_scheduler(fast_api: ApiServer) -> None:
-    if not _scheduler_preempts():
-        pytest.skip("the scheduler loop has no preemption policy yet (no request_preemption)")
     api = fast_api
     http = api.api()
     for team, top in (("batch", "low"), ("urgent", "high")):

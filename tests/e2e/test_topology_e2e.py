@@ -77,7 +77,12 @@ def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     # Two nodes join over the machine's own address, as on a real network (a loopback-only
     # head cannot take a second node).
     ip = _outward_ip()
-    multi = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1"}
+    # A node image's `python` has shunter[train] installed; here that is this venv's (the
+    # launcher runs `python -m worker.driver` on an external cluster, not sys.executable).
+    multi = {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
     head = RayHead.start(
         RayHeadConfig(
             temp_root=tmp_path_factory.mktemp("topo-head"), num_cpus=0, host=ip, env=multi
