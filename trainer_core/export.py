@@ -12,10 +12,24 @@ them. So the merge never touches the training model: the engine gathers the full
 it into a fresh CPU copy of the PEFT model (built on the meta device, so no weights are
 initialised for nothing) and merges that. The same path for every strategy, so a merged model
 from an FSDP or ZeRO-3 run equals the one from a DDP run of the same seed.
+
+An unmerged adapter over a base that exists nowhere else (``from_scratch``, or
+``config_overrides`` that make it differ from its ``name_or_path``) is useless alone: the final
+directory then also holds that base in ``base/`` (``config.json`` + weights, from the same fresh
+CPU copy, adapter removed), and ``adapter_config.json``'s ``base_model_name_or_path`` names it.
+Not beside the adapter: transformers loads a directory holding both ``config.json`` and
+``adapter_config.json`` as base + embedded adapter, which fails for prefix tuning and would apply
+a LoRA twice under ``AutoPeftModel``. PEFT resolves ``base_model_name_or_path`` as given (a
+relative path against the working directory, not the adapter's), so it is written absolute;
+after a move, ``relocate_adapter`` rewrites it, and
+``PeftModel.from_pretrained(AutoModelFor*.from_pretrained(dir / "base"), dir)`` needs no
+rewrite. A base with a name (hub id or local path) is referenced by it, as before: adapter
+files only.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +40,9 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.config import ModelConfig
 from trainer_core.engine import Engine
 
-__all__ = ["merged_copy", "save_final"]
+__all__ = ["BASE_DIR", "merged_copy", "relocate_adapter", "save_final"]
+
+BASE_DIR = "base"  # the unnamed base of an unmerged adapter, inside the final directory
 
 
 def save_final(
@@ -42,6 +58,9 @@ def save_final(
             merged_copy(model, state).save_pretrained(out)
         else:
             model.save_pretrained(out, state_dict=state)
+            if adapter is not None and _base_is_unnamed(cfg):
+                base_copy(model, state).save_pretrained(out / BASE_DIR)
+                relocate_adapter(out)
         tokenizer.save_pretrained(out)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank reports "done" before the files exist
@@ -51,6 +70,35 @@ def save_final(
 def merged_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
     """The base model with ``peft_model``'s adapters merged, from a full (gathered) state dict
     whose keys are ``peft_model.state_dict()``'s. Built on CPU; ``peft_model`` is untouched."""
+    return _fresh_copy(peft_model, state).merge_and_unload()
+
+
+def base_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
+    """The base model alone (adapters dropped, not merged) from a full (gathered) state dict
+    whose keys are ``peft_model.state_dict()``'s (``base_model.model.``-prefixed, LoRA's
+    ``base_layer``s...): loading it into a fresh copy lets PEFT undo its own key layout."""
+    fresh = _fresh_copy(peft_model, state)
+    if fresh.peft_config["default"].is_prompt_learning:  # prefix tuning: base is not wrapped
+        return fresh.get_base_model()
+    return fresh.unload()
+
+
+def relocate_adapter(directory: Path) -> None:
+    """Point ``directory``'s ``adapter_config.json`` at ``directory / BASE_DIR`` (absolute: PEFT
+    reads it as given), for an adapter saved with its base; call it again after a move."""
+    path = directory / "adapter_config.json"
+    config = json.loads(path.read_text())
+    config["base_model_name_or_path"] = str((directory / BASE_DIR).resolve())
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def _base_is_unnamed(cfg: ModelConfig) -> bool:
+    """No name re-creates the trained base: random init, or a config changed from its name's."""
+    return cfg.from_scratch or bool(cfg.config_overrides) or cfg.name_or_path is None
+
+
+def _fresh_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
+    """A CPU copy of ``peft_model`` holding ``state``, built on meta (no wasted init)."""
     from peft import get_peft_model  # peft imports are slow; only when used
 
     base = peft_model.get_base_model()
@@ -60,7 +108,7 @@ def merged_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
     # Persistent tensors come from the gathered state; strict: a missing key is a bug here.
     fresh.load_state_dict(state, strict=True)
     _restore_buffers(fresh, base)
-    return fresh.merge_and_unload()
+    return fresh
 
 
 def _restore_buffers(fresh: torch.nn.Module, base: torch.nn.Module) -> None:

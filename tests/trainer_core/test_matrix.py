@@ -263,11 +263,16 @@ _SAME_AS = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(_SAME_AS))
 def test_case_matches_its_reference(name: str, matrix: tuple[Path, dict[str, Any]]) -> None:
+    from trainer_core.export import BASE_DIR
+
     root, results = matrix
     for case in (name, _SAME_AS[name]):
         assert "error" not in results[case], results[case]
     _same_losses(root, name, _SAME_AS[name])
-    assert (root / name / "final" / "config.json").exists()  # an HF-layout final model
+    final = root / name / "final"
+    if (final / "adapter_config.json").exists():  # an unmerged adapter + its from-scratch base
+        final = final / BASE_DIR
+    assert (final / "config.json").exists()  # an HF-layout final model
 
 
 @pytest.mark.slow
