@@ -30,7 +30,7 @@ from httpx_sse import connect_sse
 from pydantic import BaseModel
 
 from shunter.client.config import resolve_token, resolve_url
-from shunter.client.download import unpack_model
+from shunter.client.download import repoint_adapter, unpack_model
 from shunter.client.errors import ConnectionFailed, ShunterError, raise_for_response
 from shunter.client.models import (
     Checkpoint,
@@ -268,6 +268,7 @@ class Client:
             raise ConnectionFailed(f"cannot reach {self.url}: {e}") from e
         if len(tops) != 1:
             raise ShunterError(f"the download held {tops}, not one model folder")
+        repoint_adapter(Path(dest) / tops[0])
         return Path(dest) / tops[0]
 
     def checkpoints(self, job_id: str) -> builtins.list[Checkpoint]:
