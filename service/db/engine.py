@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 __all__ = ["Database", "is_retryable", "make_engine"]
@@ -117,10 +117,14 @@ class Database:
         self.url = url
         self.engine = make_engine(url, pool_size=pool_size)
         write_engine = self.engine.execution_options(**{_WRITE_OPTION: True})
-        single: dict[str, Any] = {_SINGLE_OPTION: True}
-        if not self.is_sqlite:  # no BEGIN and no ROLLBACK round trips around one statement
-            single["isolation_level"] = "AUTOCOMMIT"
-        self._single_engine = self.engine.execution_options(**single)
+        self._single_engine = self.engine.execution_options(**{_SINGLE_OPTION: True})
+        if not self.is_sqlite:
+            # Hot single-statement reads (polls) on their own small pool: autocommit (no
+            # BEGIN/ROLLBACK round trips) and no pre-ping (a third round trip); a connection
+            # the server dropped is retried instead (read_core), which a read may always be.
+            self._single_engine = create_engine(
+                url, pool_size=4, max_overflow=pool_size, isolation_level="AUTOCOMMIT"
+            ).execution_options(**{_SINGLE_OPTION: True})
         self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Public for the scheduler: ``with db.write_sessions.begin() as s: ...``.
         self.write_sessions = sessionmaker(write_engine, expire_on_commit=False)
@@ -153,13 +157,16 @@ class Database:
 
         On SQLite no explicit BEGIN is sent, so each statement reads its own snapshot: use it
         for reads where statements need not agree with each other (a job and its queue
-        position). Retries on lock contention like the others.
+        position). Retries on lock contention like the others, and on PostgreSQL once more
+        on a connection the server had dropped (SQLAlchemy has then invalidated the pool).
         """
         for attempt in range(_RETRIES):
             try:
                 with self._single_engine.connect() as conn:
                     return fn(conn)
-            except OperationalError as exc:
+            except DBAPIError as exc:
+                if exc.connection_invalidated and attempt == 0:
+                    continue
                 if not is_retryable(exc) or attempt == _RETRIES - 1:
                     raise
                 time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
@@ -183,5 +190,12 @@ class Database:
                 time.sleep(min(0.5, 0.01 * 2**attempt) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
+    @property
+    def hot_engine(self) -> Engine:
+        """The engine ``read_core`` runs on (its own pool on PostgreSQL)."""
+        return self._single_engine.engine
+
     def dispose(self) -> None:
         self.engine.dispose()
+        if self._single_engine.engine is not self.engine:
+            self._single_engine.engine.dispose()

@@ -8,8 +8,9 @@ success path of a plain poll, with the same code underneath:
 - the token from the token cache (``service.accounts.auth``: the same hash and cache the
   ``CurrentUser`` dependency uses);
 - the job from ``service.jobs.queries.get_job`` (one indexed Core read, stored position,
-  reason and ETAs), run on a small thread pool sized under the database pool, never on the
-  event loop;
+  reason and ETAs), run on its own thread pool (``SHUNTER_POLL_THREADS``, default 1: the
+  read takes well under a millisecond, and more threads mostly add GIL hand-offs, which show
+  as tail latency), never on the event loop;
 - the body serialised once, as the route does.
 
 Anything else (a query string, a token not yet cached, a job that is not found or not
@@ -44,7 +45,7 @@ class _RouteLabel:
 
 
 class JobPollMiddleware:
-    def __init__(self, app: Any, *, threads: int = 8) -> None:
+    def __init__(self, app: Any, *, threads: int = 1) -> None:
         self.app = app
         self._threads = threads
         self._pool: ThreadPoolExecutor | None = None

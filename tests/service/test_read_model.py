@@ -46,11 +46,11 @@ def test_get_shows_what_the_scheduler_stored_in_one_statement(
     def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
         statements.append(statement)
 
-    event.listen(db.engine, "before_cursor_execute", seen)
+    event.listen(db.hot_engine, "before_cursor_execute", seen)
     try:
         body = client.get(f"/v1/jobs/{job_id}", headers=bearer(admin_token)).json()
     finally:
-        event.remove(db.engine, "before_cursor_execute", seen)
+        event.remove(db.hot_engine, "before_cursor_execute", seen)
     assert (body["queue_position"], body["pending_reason"]) == (7, "quota")
     assert len(statements) == 1 and "FROM jobs" in statements[0]
     assert "count" not in statements[0].lower()
