@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
+
+from svc_helpers import bearer
+from svc_helpers import tiny_spec as _service_tiny_spec
 
 __all__ = ["bearer", "job_count", "set_status", "submit", "tiny_spec"]
 
-_TINY: dict[str, Any] = {
-    "name": "tiny",
-    "model": {
-        "from_scratch": True,
-        "task": "sequence-classification",
-        "num_labels": 2,
-        "tokenizer": "models/all-MiniLM-L6-v2",  # linked into home/data on start
-        "config_overrides": {
-            "model_type": "bert",
-            "hidden_size": 32,
-            "num_hidden_layers": 1,
-            "num_attention_heads": 2,
-            "intermediate_size": 64,
-        },
-    },
-    "data": {
-        "train": {"path": "train.tsv", "format": "csv", "delimiter": "\t"},
-        "text_field": "sentence",
-        "label_field": "label",
-    },
-    "training": {"max_steps": 20, "logging_steps": 1},
-    "resources": {"num_workers": 1, "gpus_per_worker": 0, "cpus_per_worker": 1},
-}
+# The service suite's small spec (tests/service/svc_helpers.py), one definition for both.
+_TINY: dict[str, Any] = _service_tiny_spec()
 
 
 def tiny_spec(**sections: Any) -> dict[str, Any]:
@@ -42,10 +28,6 @@ def tiny_spec(**sections: Any) -> dict[str, Any]:
         else:
             spec[key] = value
     return spec
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def job_count(client: Any, token: str) -> int:
