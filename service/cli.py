@@ -290,8 +290,8 @@ def admin_sim(
     grace_s: Annotated[float, typer.Option(help="Fair-share preemption grace.")] = 600,
     min_runtime_s: Annotated[float, typer.Option(help="Run time before preemptible.")] = 300,
     half_life_s: Annotated[
-        float, typer.Option(help="Usage history half-life (short: traces span hours).")
-    ] = 3600,
+        float, typer.Option(help="Half-life of what teams are owed and of usage history.")
+    ] = 7 * 24 * 3600.0,
 ) -> None:
     """Replay a trace through the live scheduling policy on a virtual clock."""
     import json

@@ -123,6 +123,10 @@ class Team(Base):
     # The highest priority its members may submit at (admins may submit at any).
     max_priority: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+    # Fair share: share-seconds the team is owed (negative: owes), as of ``owed_at``; advanced
+    # by the scheduler leader each tick (``service.scheduler.owed``).
+    owed_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    owed_at: Mapped[datetime | None] = mapped_column()
 
 
 class TeamDataRoot(Base):

@@ -52,7 +52,7 @@ from service.jobs.states import (
     fence_attempt,
 )
 from service.launch import ClusterResources, Launcher, LaunchRequest, LaunchState
-from service.scheduler import record
+from service.scheduler import owed, record
 from service.scheduler.leader import LeaderLease
 from service.scheduler.policy import capacity
 from service.scheduler.policy.eta import estimate_starts
@@ -229,6 +229,11 @@ class Scheduler:
             min_runtime_s=float(self.settings.preempt_min_runtime_s),
         )
         p = plan(snap, cfg)
+        self.db.write(
+            lambda s: (
+                owed.advance(s, snap=snap, half_life_s=half_life) if self.lease.fence(s) else None
+            )
+        )
         if p.reservation is not None:
             self.stats.reservations += 1
         for v in p.preemptions:

@@ -23,7 +23,7 @@ from typing import Any
 
 from service.scheduler.policy.capacity import NodeFree, place_gang, take
 from service.scheduler.policy.eta import estimate_starts, running_end
-from service.scheduler.policy.fairshare import decay_step, dominant_share
+from service.scheduler.policy.fairshare import advance_owed, decay_step, dominant_share
 from service.scheduler.policy.plan import PolicyConfig, plan
 from service.scheduler.policy.preemption import PreemptRules
 from service.scheduler.policy.snapshot import (
@@ -74,10 +74,9 @@ class SimConfig:
     report_delay_s: float = 60.0  # run time before a job's step rate is known
     grace_s: float = 600.0
     min_runtime_s: float = 300.0
-    # Usage history half-life: short against a trace of hours (live: 7 days, weeks of use).
-    # 3600 s: with history counted twice it meets the share bar on the most contended traces
-    # while utilisation stays >= 0.95 x FIFO's on the Philly-like ones (docs/scheduling.md).
-    half_life_s: float = 3600.0
+    # Half-life of the owed account and of the usage history (the live default): what a team
+    # is owed is not forgotten within a trace of hours.
+    half_life_s: float = 7 * 24 * 3600.0
     eta: bool = True
 
 
@@ -130,6 +129,7 @@ class _Sim:
         self.queued: list[str] = []
         self.running: list[str] = []  # in start order
         self.history: dict[str, tuple[float, float]] = {}  # team -> decayed (cpus, gpus)
+        self.owed: dict[str, float] = {}  # team -> share-seconds owed (advance_owed)
         self.intervals: list[Interval] = []
         self.now = 0.0
 
@@ -179,11 +179,8 @@ class _Sim:
             name: TeamState(
                 weight=t.weight,
                 quota=TeamQuota(max_gpus=t.quota_gpus, max_cpus=t.quota_cpus),
-                history_share=dominant_share(
-                    *self.history.get(name, (0.0, 0.0)),
-                    total_cpus=self.total_cpus,
-                    total_gpus=self.total_gpus,
-                ),
+                history_share=self._share(*self.history.get(name, (0.0, 0.0))),
+                owed_s=self.owed.get(name, 0.0),
             )
             for name, t in self.teams.items()
         }
@@ -263,6 +260,14 @@ class _Sim:
             d = demand.setdefault(j.team, [0.0, 0.0])
             d[0] += j.num_workers * j.cpus_per_worker
             d[1] += j.num_workers * j.gpus_per_worker
+        self.owed = advance_owed(
+            self.owed,
+            held={t: self._share(*h) for t, h in held.items()},
+            demand={t: self._share(*d) for t, d in demand.items()},
+            weights={t: s.weight for t, s in self.teams.items()},
+            dt_s=dt,
+            half_life_s=self.cfg.half_life_s,
+        )
         waiting = [i for i in self.queued if self._fits_ever(i)]
         self.intervals.append(
             Interval(
@@ -275,6 +280,9 @@ class _Sim:
             )
         )
         self.now = to
+
+    def _share(self, cpus: float, gpus: float) -> float:
+        return dominant_share(cpus, gpus, total_cpus=self.total_cpus, total_gpus=self.total_gpus)
 
     def run(self) -> None:
         nxt = 0

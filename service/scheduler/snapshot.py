@@ -172,6 +172,7 @@ def build_snapshot(session: Session, *, cluster: ClusterResources, half_life_s: 
                 max_gpus=t.max_gpus, max_cpus=t.max_cpus, max_running_jobs=t.max_running_jobs
             ),
             history_share=history.get(t.name, 0.0),
+            owed_s=t.owed_s,
         )
         for t in session.execute(select(Team)).scalars()
     }

@@ -23,7 +23,7 @@ def in_policy_order(
     entries: Sequence[QueueEntry],
     *,
     use_priority: bool,
-    team_key: Callable[[str], float] | None,
+    team_key: Callable[[str], tuple[float, ...]] | None,
 ) -> Iterator[QueueEntry]:
     """Yield ``entries`` in policy order. ``team_key(team)`` (lower first) is re-read for the
     team of the job just yielded (a caller charges that team between picks; other teams'
@@ -38,7 +38,7 @@ def in_policy_order(
         per_team.setdefault(e.team, deque()).append((k, e))
     keys = {team: team_key(team) for team in per_team}
 
-    def key(team: str) -> tuple[int, float, datetime, str]:
+    def key(team: str) -> tuple[int, tuple[float, ...], datetime, str]:
         rank, since, job_id = per_team[team][0][0]
         return (rank, keys[team], since, job_id)
 

@@ -185,11 +185,13 @@ def plan(snap: Snapshot, cfg: PolicyConfig | None = None) -> Plan:
         u = of.get(team, TeamUsage())
         return dominant_share(u.cpus, u.gpus, total_cpus=total_cpus, total_gpus=total_gpus)
 
-    def team_key(team: str) -> float:
+    def team_key(team: str) -> tuple[float, float]:
         t = teams.get(team, TeamState())
-        return fair_key(share=share(team, ordered), history=t.history_share, weight=t.weight)
+        return fair_key(
+            share=share(team, ordered), owed_s=t.owed_s, history=t.history_share, weight=t.weight
+        )
 
-    def key_without(a: ActiveJob) -> float:
+    def key_without(a: ActiveJob) -> tuple[float, float]:
         """The fair key of ``a``'s team were ``a`` stopped and queued again."""
         u = ordered.get(a.entry.team, TeamUsage())
         t = teams.get(a.entry.team, TeamState())
@@ -199,7 +201,7 @@ def plan(snap: Snapshot, cfg: PolicyConfig | None = None) -> Plan:
             total_cpus=total_cpus,
             total_gpus=total_gpus,
         )
-        return fair_key(share=s, history=t.history_share, weight=t.weight)
+        return fair_key(share=s, owed_s=t.owed_s, history=t.history_share, weight=t.weight)
 
     def evictable(gang: QueueEntry) -> set[str]:
         """Running jobs the reservation holder may take its capacity back from: borrowers,
@@ -215,8 +217,9 @@ def plan(snap: Snapshot, cfg: PolicyConfig | None = None) -> Plan:
                 continue
             if a.started_at <= gang.waiting_since:  # it did not go ahead of the holder
                 continue
-            mine = 0.0 if v.team == gang.team or not cfg.fair_share else key_without(a)
-            theirs = 0.0 if v.team == gang.team or not cfg.fair_share else team_key(gang.team)
+            same = v.team == gang.team or not cfg.fair_share
+            mine = (0.0, 0.0) if same else key_without(a)
+            theirs = (0.0, 0.0) if same else team_key(gang.team)
             # Behind it in order, as it was queued (its own waiting time, not a new one).
             behind = _rank(v) > _rank(gang) or (mine, v.waiting_since, v.job_id) > (
                 theirs,

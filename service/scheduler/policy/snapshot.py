@@ -94,8 +94,10 @@ class TeamState:
     weight: float = 1.0
     quota: TeamQuota | None = None
     # Exponentially decayed average of the team's dominant share of the cluster over its
-    # recent history (``policy.fairshare.decayed_share``), 0..1.
+    # recent history (``policy.fairshare.decayed_average``), 0..1: breaks ties in the order.
     history_share: float = 0.0
+    # Share-seconds the team is owed (negative: it owes), ``policy.fairshare.advance_owed``.
+    owed_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

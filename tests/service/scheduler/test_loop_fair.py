@@ -258,3 +258,29 @@ def test_unchanged_queue_rows_are_not_rewritten(make_h: Any, make_token: Any) ->
     finally:
         event.remove(engine, "before_cursor_execute", seen)
     assert updates == []
+
+
+def test_the_leader_advances_each_teams_owed_account(make_h: Any, make_token: Any) -> None:
+    """A holds both CPUs while B waits: over the time between ticks B is owed half the
+    cluster per second and A owes it (equal weights); the account lives in the database."""
+    from service.db.models import Team
+
+    h = make_h()
+    h.launcher.nodes = cpus(2)
+    a, b = make_token("team-a", "member"), make_token("team-b", "member")
+    for i in range(2):
+        h.submit(a, spec(f"a{i}"))
+    assert len(h.tick()) == 2
+    h.submit(b, spec("b0"))
+    h.tick()  # accrues from the previous tick's time; now: A holds 1.0, B demands 0.5
+
+    def backdate(s: Any) -> None:
+        for t in s.query(Team).filter(Team.owed_at.is_not(None)):  # one clock for all
+            t.owed_at = t.owed_at - timedelta(seconds=100)
+
+    before = {t.name: t.owed_s for t in h.db.read(lambda s: s.query(Team).all())}
+    h.db.write(backdate)
+    h.tick()
+    after = {t.name: t.owed_s for t in h.db.read(lambda s: s.query(Team).all())}
+    assert after["team-b"] - before["team-b"] == pytest.approx(50.0, abs=2.0)
+    assert after["team-a"] - before["team-a"] == pytest.approx(-50.0, abs=2.0)

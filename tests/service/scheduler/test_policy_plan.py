@@ -260,3 +260,16 @@ def test_fifo_never_preempts() -> None:
     queued = [job("hi", team="b", priority="high", t=990)]
     snap = snapshot(now=1000, nodes=[(2, 0)], queued=queued, active=[running(LOW)])
     assert plan(snap, PolicyConfig.named("fifo")).preemptions == []
+
+
+def test_a_team_owed_share_seconds_goes_first_though_it_holds_more_now() -> None:
+    """The owed account outweighs what a team holds now (``fair_key``): B ran over its share
+    earlier (it owes), so A's next job goes first although A already holds a CPU."""
+    queued = [job("b0", team="b", t=0), job("a1", team="a", t=5)]
+    active = [running(job("a0", team="a"))]
+    teams = {"a": TeamState(owed_s=2000.0), "b": TeamState(owed_s=-2000.0)}
+    p = plan(snapshot(now=10, nodes=[(2, 0)], queued=queued, active=active, teams=teams))
+    assert started(p) == ["a1"]
+    # Without the account, B (holding nothing) goes first.
+    p = plan(snapshot(now=10, nodes=[(2, 0)], queued=queued, active=active))
+    assert started(p) == ["b0"]
