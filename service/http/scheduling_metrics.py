@@ -5,6 +5,8 @@ replica reports the same figures) plus the in-process scheduler's tick counters.
 - ``shunter_team_gpus_held{team}``, ``shunter_team_cpus_held{team}``
 - ``shunter_team_share{team}``: dominant share held; ``shunter_team_fair_share{team}``: the
   team's weight over the weights of the teams with demand
+- ``shunter_team_owed_share_seconds{team}``: the fair-share owed account (share-seconds the
+  team is owed; negative: it owes), which orders the queue (``service.scheduler.owed``)
 - ``shunter_job_wait_seconds``: histogram of submit -> first claim (jobs of the last day)
 - ``shunter_preemptions_total``: checkpoint-now requests for preemption
 - ``shunter_scheduler_leader{holder,epoch}``: 1 for the lease holder
@@ -64,7 +66,13 @@ class SchedulingCollector(Collector):
             )
 
     def _from_db(self, s: Session) -> list[Metric]:
-        teams = {t.name: t.weight for t in s.execute(select(Team)).scalars()}
+        team_rows = list(s.execute(select(Team)).scalars())
+        teams = {t.name: t.weight for t in team_rows}
+        owed = GaugeMetricFamily(
+            "shunter_team_owed_share_seconds", "Fair-share owed account", labels=["team"]
+        )
+        for t in sorted(team_rows, key=lambda t: t.name):
+            owed.add_metric([t.name], t.owed_s)
         rows = s.execute(
             select(
                 Job.team,
@@ -103,7 +111,7 @@ class SchedulingCollector(Collector):
             dominant = max(hg / total_g if total_g else 0.0, hc / total_c if total_c else 0.0)
             share.add_metric([team], dominant)
             fair.add_metric([team], teams[team] / wsum if team in demanding and wsum else 0.0)
-        return [jobs, gpus, cpus, share, fair, self._waits(s), *self._events(s)]
+        return [jobs, gpus, cpus, share, fair, owed, self._waits(s), *self._events(s)]
 
     def _waits(self, s: Session) -> Metric:
         since = datetime.now(UTC) - timedelta(days=1)

@@ -210,6 +210,7 @@ def test_prometheus_shows_teams_shares_leader_and_ticks(
     assert 'shunter_team_jobs{state="queued",team="team-a"} 1.0' in text
     assert 'shunter_team_cpus_held{team="team-a"} 2.0' in text
     assert 'shunter_team_fair_share{team="team-a"} 1.0' in text
+    assert 'shunter_team_owed_share_seconds{team="team-a"}' in text
     assert f'holder="{h.sched.lease.holder}"' in text
     assert "shunter_scheduler_ticks_total 1.0" in text
     assert "shunter_job_wait_seconds_count" in text
