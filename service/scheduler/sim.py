@@ -260,15 +260,17 @@ class _Sim:
             d = demand.setdefault(j.team, [0.0, 0.0])
             d[0] += j.num_workers * j.cpus_per_worker
             d[1] += j.num_workers * j.gpus_per_worker
+        waiting = [i for i in self.queued if self._fits_ever(i)]
+        waiting_teams = frozenset(self.state[i].job.team for i in waiting)
         self.owed = advance_owed(
             self.owed,
             held={t: self._share(*h) for t, h in held.items()},
             demand={t: self._share(*d) for t, d in demand.items()},
+            waiting=waiting_teams,
             weights={t: s.weight for t, s in self.teams.items()},
             dt_s=dt,
             half_life_s=self.cfg.half_life_s,
         )
-        waiting = [i for i in self.queued if self._fits_ever(i)]
         self.intervals.append(
             Interval(
                 start_s=self.now,
@@ -276,7 +278,7 @@ class _Sim:
                 held={t: (c, g) for t, (c, g) in held.items()},
                 demand={t: (c, g) for t, (c, g) in demand.items()},
                 waiting=len(waiting),
-                waiting_teams=frozenset(self.state[i].job.team for i in waiting),
+                waiting_teams=waiting_teams,
             )
         )
         self.now = to

@@ -20,7 +20,7 @@ one that ran less lately goes first. Pure functions.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -93,21 +93,28 @@ def advance_owed(
     *,
     held: Mapping[str, float],
     demand: Mapping[str, float],
+    waiting: Collection[str] | None = None,
     weights: Mapping[str, float],
     dt_s: float,
     half_life_s: float,
 ) -> dict[str, float]:
     """Each team's owed account (share-seconds) advanced by ``dt_s`` during which it held
     ``held`` and demanded ``demand`` (dominant shares, 0..1; demand = running + queued work
-    that fits the cluster): the old balance decays, and the weighted max-min fair share of
-    the demand minus what was held accrues (decayed over the step, exact for constant rates)."""
-    fair = max_min_fair({t: d for t, d in demand.items() if d > 0}, weights, 1.0)
+    that fits the cluster): the old balance decays and, while the teams contend, the weighted
+    max-min fair share of the demand minus what was held accrues (decayed over the step,
+    exact for constant rates). The teams contend when two or more have demand and each of
+    them has work ``waiting`` (None: assume they all do): each wants more than it holds. At
+    other times some team's demand is met in full and fairness holds nobody back."""
+    demanding = {t for t, d in demand.items() if d > 0}
+    contended = len(demanding) >= 2 and (waiting is None or demanding <= set(waiting))
+    fair = max_min_fair({t: demand[t] for t in demanding}, weights, 1.0) if contended else {}
     lam = math.log(2) / half_life_s
     keep = math.exp(-lam * dt_s)
     gain = -math.expm1(-lam * dt_s) / lam  # integral of the decay weight over the step (~ dt_s)
     teams = set(owed) | set(held) | set(fair)
     return {
-        t: owed.get(t, 0.0) * keep + (fair.get(t, 0.0) - held.get(t, 0.0)) * gain
+        t: owed.get(t, 0.0) * keep
+        + ((fair.get(t, 0.0) - held.get(t, 0.0)) * gain if contended else 0.0)
         for t in sorted(teams)
     }
 

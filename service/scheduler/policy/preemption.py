@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.scheduler.policy.capacity import NodeFree, place_gang, take
+from service.scheduler.policy.fairshare import dominant_share
 from service.scheduler.policy.snapshot import PRIORITY_RANK, ActiveJob, QueueEntry
 
 __all__ = [
@@ -136,8 +137,24 @@ def choose_victims(
             a.entry.job_id,
         ),
     )
+    cpus = sum(n.cpus for n in totals)
+    gpus = sum(n.gpus for n in totals)
+    # J's team's share once J runs, per unit of its fair share (fair is weight-proportional).
+    j_after = (shares.get(job.team, 0.0) + job_share) / max(fair.get(job.team, 0.0), 1e-9)
+    taken: dict[str, float] = {}  # share taken from each victim team so far
     chosen: list[ActiveJob] = []
     for a in candidates:
+        v = a.entry
+        if causes[v.job_id] == PREEMPT_FAIR_SHARE:
+            # Kueue's LessThanOrEqualToFinalShare: the victim's team keeps at least J's
+            # team's share (weight-normalised) after the stop, so a job much larger than J
+            # (a gang that drained the cluster) is not stopped to run a small one, and the
+            # two teams cannot trade places.
+            v_share = dominant_share(v.cpus, v.gpus, total_cpus=cpus, total_gpus=gpus)
+            left = shares.get(v.team, 0.0) - taken.get(v.team, 0.0) - v_share
+            if left / max(fair.get(v.team, 0.0), 1e-9) < j_after - 1e-9:
+                continue
+            taken[v.team] = taken.get(v.team, 0.0) + v_share
         chosen.append(a)
         ids = {c.entry.job_id for c in chosen}
         keep = [r for r in running if r.entry.job_id not in ids]

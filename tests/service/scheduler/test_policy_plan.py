@@ -273,3 +273,18 @@ def test_a_team_owed_share_seconds_goes_first_though_it_holds_more_now() -> None
     # Without the account, B (holding nothing) goes first.
     p = plan(snapshot(now=10, nodes=[(2, 0)], queued=queued, active=active))
     assert started(p) == ["b0"]
+
+
+def test_fair_share_does_not_stop_a_gang_to_run_a_small_job() -> None:
+    """Kueue's LessThanOrEqualToFinalShare: a's 4-CPU gang is over a's half, b waited past the
+    grace, but stopping it would leave a with less than b (0 vs 1 CPU): no victim. With two
+    2-CPU jobs, stopping one leaves a at 2 CPUs >= b's 1: that one goes."""
+    queued = [job("b1", team="b", t=100)]
+    gang = [running(job("a-gang", team="a", workers=4), started=0)]
+    assert plan(snapshot(now=800, nodes=[(4, 0)], queued=queued, active=gang)).preemptions == []
+    two = [
+        running(job("a1", team="a", cpus=2), started=0),
+        running(job("a2", team="a", cpus=2), started=50),
+    ]
+    p = plan(snapshot(now=800, nodes=[(4, 0)], queued=queued, active=two))
+    assert [(v.victim.job_id, v.cause) for v in p.preemptions] == [("a2", "fair share")]

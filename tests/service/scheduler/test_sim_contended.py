@@ -16,8 +16,8 @@ from service.scheduler.trace import generate_contended
 # (weights, seed, 8-GPU nodes); 6 hours of submissions each. Traces 0, 1, 6, 7 and 9 of
 # ``bench/scheduler_contended.py``; 1 and 9 are the ones where a team's share (6.4 and 4
 # GPUs) is smaller than its whole-node jobs and 2-node gangs (worst share errors 0.13 and
-# 0.28 with the former usage-history key, 0.04 and 0.03 with the owed account). Figures over
-# twelve and more in docs/scheduling.md.
+# 0.28 with the former usage-history key, 0.02 and 0.06 with the owed account). Figures over
+# 24 traces in docs/scheduling.md.
 CASES = [
     ({"a": 1.0, "b": 1.0, "c": 2.0, "d": 1.0}, 42000, 4),
     ({"a": 1.0, "b": 4.0}, 42001, 4),
