@@ -2,8 +2,9 @@
 
 Each team row keeps ``owed_s`` (share-seconds it is owed; negative when it owes) as of
 ``owed_at``. Each tick the leader advances every team's account over the time since the last
-advance with what the tick's snapshot shows each team holding and demanding
-(``policy.fairshare.advance_owed``, the function the simulator runs on its virtual clock), and
+advance with what the tick's snapshot shows each team holding, demanding and waiting for
+(``policy.fairshare.advance_owed``, the function the simulator runs on its virtual clock:
+it accrues only while the teams contend), and
 the next snapshot hands it to the policy (``TeamState.owed_s``). A gap with no leader, or with
 nothing queued or running, accrues at most ``MAX_STEP_S`` at the rates seen when it ends.
 """
@@ -23,13 +24,15 @@ __all__ = ["MAX_STEP_S", "advance", "shares"]
 MAX_STEP_S = 300.0
 
 
-def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float]]:
-    """(held, demand) dominant shares per team: demand = held + queued jobs that fit the
-    cluster (a job larger than the cluster is no demand on it)."""
+def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]]:
+    """(held, demand) dominant shares per team, and the teams with work waiting: demand =
+    held + queued jobs that fit the cluster (a job larger than the cluster is no demand on
+    it, and does not make its team wait)."""
     cpus = sum(n.cpus for n in snap.totals)
     gpus = sum(n.gpus for n in snap.totals)
     held: dict[str, list[float]] = {}
     demand: dict[str, list[float]] = {}
+    waiting: set[str] = set()
 
     def add(to: dict[str, list[float]], e: QueueEntry) -> None:
         c, g = to.setdefault(e.team, [0.0, 0.0])
@@ -41,13 +44,14 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float]]:
     for e in snap.queued:
         if place_gang(e, snap.totals) is not None:
             add(demand, e)
+            waiting.add(e.team)
 
     def share(of: dict[str, list[float]]) -> dict[str, float]:
         return {
             t: dominant_share(c, g, total_cpus=cpus, total_gpus=gpus) for t, (c, g) in of.items()
         }
 
-    return share(held), share(demand)
+    return share(held), share(demand), waiting
 
 
 def advance(session: Session, *, snap: Snapshot, half_life_s: float) -> None:
@@ -59,11 +63,12 @@ def advance(session: Session, *, snap: Snapshot, half_life_s: float) -> None:
         if last.tzinfo is None:  # SQLite returns naive UTC
             last = last.replace(tzinfo=snap.now.tzinfo)
         dt = min(max((snap.now - last).total_seconds(), 0.0), MAX_STEP_S)
-    held, demand = shares(snap)
+    held, demand, waiting = shares(snap)
     owed = advance_owed(
         {r.name: r.owed_s for r in rows},
         held=held,
         demand=demand,
+        waiting=waiting,
         weights={r.name: r.weight for r in rows},
         dt_s=dt,
         half_life_s=half_life_s,

@@ -67,26 +67,57 @@ def test_weighted_max_min(
     assert max_min_fair(demands, weights, capacity) == pytest.approx(alloc)
 
 
-def test_owed_accrues_fair_minus_held_and_lending_idle_capacity_costs_nothing() -> None:
+def test_owed_accrues_fair_minus_held_while_teams_contend_and_lending_costs_nothing() -> None:
     from service.scheduler.policy.fairshare import advance_owed
 
     w = {"a": 1.0, "b": 1.0}
-    # A holds the whole cluster while B waits for half: B is owed, A owes, 0.5 a second.
+    both = {"a", "b"}
+    # A holds the whole cluster while both have work waiting: B is owed, A owes, 0.5 a second.
     owed = advance_owed(
-        {}, held={"a": 1.0}, demand={"a": 1.0, "b": 0.5}, weights=w, dt_s=10, half_life_s=1e12
+        {},
+        held={"a": 1.0},
+        demand={"a": 1.5, "b": 0.5},
+        waiting=both,
+        weights=w,
+        dt_s=10,
+        half_life_s=1e12,
     )
     assert owed["a"] == pytest.approx(-5.0) and owed["b"] == pytest.approx(5.0)
     # Nobody else wants it: A holding everything is charged nothing.
     idle = advance_owed(
-        owed, held={"a": 1.0}, demand={"a": 1.0}, weights=w, dt_s=100, half_life_s=1e12
+        owed,
+        held={"a": 1.0},
+        demand={"a": 1.5},
+        waiting={"a"},
+        weights=w,
+        dt_s=100,
+        half_life_s=1e12,
     )
     assert idle == pytest.approx(owed)
+    # A's demand is met in full (nothing of A's waits): not contended, nothing accrues.
+    met = advance_owed(
+        owed,
+        held={"a": 1.0},
+        demand={"a": 1.0, "b": 0.5},
+        waiting={"b"},
+        weights=w,
+        dt_s=100,
+        half_life_s=1e12,
+    )
+    assert met == pytest.approx(owed)
     # Weights split what is contended: 3:1, both wanting everything, B holding it all.
-    w31 = {"a": 3.0, "b": 1.0}
     o = advance_owed(
-        {}, held={"b": 1.0}, demand={"a": 1.0, "b": 1.0}, weights=w31, dt_s=4, half_life_s=1e12
+        {},
+        held={"b": 1.0},
+        demand={"a": 1.0, "b": 1.0},
+        waiting=both,
+        weights={"a": 3.0, "b": 1.0},
+        dt_s=4,
+        half_life_s=1e12,
     )
     assert o["a"] == pytest.approx(3.0) and o["b"] == pytest.approx(-3.0)
     # With nothing held or wanted the account decays by half per half-life.
-    half = advance_owed({"a": 8.0}, held={}, demand={}, weights=w, dt_s=60, half_life_s=60)
+    half = advance_owed(
+        {"a": 8.0}, held={}, demand={}, waiting=(), weights=w, dt_s=60, half_life_s=60
+    )
     assert half["a"] == pytest.approx(4.0)

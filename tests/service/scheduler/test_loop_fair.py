@@ -262,14 +262,15 @@ def test_unchanged_queue_rows_are_not_rewritten(make_h: Any, make_token: Any) ->
 
 
 def test_the_leader_advances_each_teams_owed_account(make_h: Any, make_token: Any) -> None:
-    """A holds both CPUs while B waits: over the time between ticks B is owed half the
-    cluster per second and A owes it (equal weights); the account lives in the database."""
+    """A holds both CPUs and has a third job waiting while B waits: over the time between
+    ticks B is owed half the cluster per second and A owes it (equal weights); the account
+    lives in the database."""
     from service.db.models import Team
 
     h = make_h()
     h.launcher.nodes = cpus(2)
     a, b = make_token("team-a", "member"), make_token("team-b", "member")
-    for i in range(2):
+    for i in range(3):
         h.submit(a, spec(f"a{i}"))
     assert len(h.tick()) == 2
     h.submit(b, spec("b0"))
