@@ -280,6 +280,10 @@ class TeamUsageRead(_Out):
     gpu_seconds: float
     cpu_seconds: float
     attempts: int
+    # The fair-share owed account now (``service.scheduler.owed``): share-seconds of the
+    # cluster fair share still owes the team (negative: the team owes them). 3600 = the
+    # whole cluster for an hour.
+    owed_share_seconds: float = 0.0
 
 
 class TeamsPage(_Out):

@@ -107,7 +107,8 @@ def team_usage(
 ) -> TeamUsageRead:
     """GPU- and CPU-seconds the team's attempts held in [since, until] (default: all time).
     Members and viewers see only their own team."""
-    if not principal.sees_team(name) or session.get(Team, name) is None:
+    team = session.get(Team, name)
+    if not principal.sees_team(name) or team is None:
         raise NotFound(f"team {name!r} not found")
     start = since or datetime(1970, 1, 1, tzinfo=UTC)
     rows = session.execute(
@@ -139,6 +140,7 @@ def team_usage(
         gpu_seconds=round(gpu_s, 3),
         cpu_seconds=round(cpu_s, 3),
         attempts=len(rows),
+        owed_share_seconds=round(team.owed_s, 3),
     )
 
 

@@ -141,11 +141,15 @@ def usage(
         print_json(dump(rows))
         return
     table = Table(title="Usage" + (f" since {since}" if since else ""), title_justify="left")
-    for col in ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS"):
+    for col in ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS", "OWED (CLUSTER-HOURS)"):
         table.add_column(col)
     for r in rows:
         table.add_row(
-            r.team, f"{r.gpu_seconds / 3600:.2f}", f"{r.cpu_seconds / 3600:.2f}", str(r.attempts)
+            r.team,
+            f"{r.gpu_seconds / 3600:.2f}",
+            f"{r.cpu_seconds / 3600:.2f}",
+            str(r.attempts),
+            f"{r.owed_share_seconds / 3600:+.2f}",
         )
     out.print(table)
 

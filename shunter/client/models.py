@@ -193,6 +193,7 @@ class TeamUsage(_Read):
     gpu_seconds: float = 0.0
     cpu_seconds: float = 0.0
     attempts: int = 0
+    owed_share_seconds: float = 0.0  # fair share's account: > 0 owed to the team
 
 
 class TokenInfo(_Read):

@@ -324,6 +324,9 @@ def test_dashboard_live_job_page_and_cancel(server: LiveServer, browser: Any, tr
     page.goto(f"{server.url}/#/cluster")
     eta_row = page.locator("#cluster-queue-table tbody tr", has_text="web-waiting")
     expect(eta_row).to_contain_text(re.compile(r"in \d+ min|in \d+\.\d h|now"), timeout=60_000)
+    # Fair share's owed account per team, in cluster-hours (signed).
+    team_row = page.locator("#teams-table tbody tr", has_text=team)
+    expect(team_row.locator("td").last).to_have_text(re.compile(r"^-?\d+\.\d\d$"))
     page.goto(f"{server.url}/#/jobs/{job.id}")
     expect(page.locator("#cancel")).to_be_visible()
 

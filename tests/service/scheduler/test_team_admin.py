@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from service.db.models import Attempt
+from service.db.models import Attempt, Team
 from tests.service.svc_helpers import bearer, claim, tiny_spec
 
 
@@ -89,6 +89,10 @@ def test_usage_counts_gpu_and_cpu_seconds_of_attempts(
     r = client.get("/v1/teams/ml/usage", headers=bearer(member))
     assert r.status_code == 200, r.text
     assert r.json()["cpu_seconds"] == 300.0 and r.json()["gpu_seconds"] == 0
+    assert r.json()["owed_share_seconds"] == 0.0  # no scheduler tick has contended yet
+    db.write(lambda s: s.get(Team, "ml").__setattr__("owed_s", 1800.0))
+    r = client.get("/v1/teams/ml/usage", headers=bearer(member))
+    assert r.json()["owed_share_seconds"] == 1800.0
     # since= clips the interval: 40 of the 100 seconds are after t0 + 60 s.
     since = (t0 + timedelta(seconds=60)).isoformat()
     r = client.get("/v1/teams/ml/usage", params={"since": since}, headers=bearer(member))

@@ -1,6 +1,6 @@
 // The cluster view (#/cluster): who holds what (per team: jobs running and queued, GPUs and
-// CPUs held, weight, quota, max priority, GPU-hours over the last day) and the queue with
-// each job's expected start. Another team's queued job shows as capacity only (the API's
+// CPUs held, weight, quota, max priority, GPU-hours over the last day, what fair share owes
+// it) and the queue with each job's expected start. Another team's queued job shows as capacity only (the API's
 // privacy rule). Auto-refreshes; returns a function that stops its timer.
 
 import { all, get } from "./api.js";
@@ -45,10 +45,13 @@ async function teamRows(signal) {
     const cpus = held("cpus_per_worker");
     const queued = queue.filter((q) => q.team === t.name).length;
     const gpuHours = usage[i] ? (usage[i].gpu_seconds / 3600).toFixed(1) : "-";
+    // Fair share's account, in cluster-hours: > 0 the team is owed, < 0 it owes.
+    const owed = usage[i] ? (usage[i].owed_share_seconds / 3600).toFixed(2) : "-";
     return h("tr", {},
       h("td", {}, t.name), h("td", {}, fmt(mine.length)), h("td", {}, fmt(queued)),
       h("td", {}, fmt(gpus)), h("td", {}, fmt(cpus)), h("td", {}, fmt(t.weight)),
-      h("td", {}, quotaText(t.quota)), h("td", {}, t.max_priority || "-"), h("td", {}, gpuHours));
+      h("td", {}, quotaText(t.quota)), h("td", {}, t.max_priority || "-"), h("td", {}, gpuHours),
+      h("td", {}, owed));
   });
 }
 
@@ -73,7 +76,8 @@ export function clusterView(main, ctx) {
       h("h1", { id: "teams-title" }, "Who holds what"),
       h("table", { id: "teams-table" },
         h("thead", {}, h("tr", {}, ["Team", "Running", "Queued", "GPUs", "CPUs", "Weight",
-          "Quota", "Max priority", "GPU-h (24 h)"].map((c) => h("th", { scope: "col" }, c)))),
+          "Quota", "Max priority", "GPU-h (24 h)", "Owed (cluster-h)"]
+          .map((c) => h("th", { scope: "col" }, c)))),
         teamsBody),
       note),
     h("section", { class: "card", "aria-labelledby": "cqueue-title" },
