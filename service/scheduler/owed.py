@@ -4,8 +4,8 @@ Each team row keeps ``owed_s`` (share-seconds it is owed; negative when it owes)
 ``owed_at``. Each tick the leader advances every team's account over the time since the last
 advance with what the tick's snapshot shows each team holding, demanding and waiting for
 (``policy.fairshare.advance_owed``, the function the simulator runs on its virtual clock:
-it accrues only while the teams contend), and
-the next snapshot hands it to the policy (``TeamState.owed_s``). A gap with no leader, or with
+it accrues only while the teams contend), and the next snapshot hands it to the policy
+(``TeamState.owed_s``). A gap with no leader, or with
 nothing queued or running, accrues at most ``MAX_STEP_S`` at the rates seen when it ends.
 """
 

@@ -103,8 +103,8 @@ def advance_owed(
     that fits the cluster): the old balance decays and, while the teams contend, the weighted
     max-min fair share of the demand minus what was held accrues (decayed over the step,
     exact for constant rates). The teams contend when two or more have demand and each of
-    them has work ``waiting``: each wants more than it holds. At
-    other times some team's demand is met in full and fairness holds nobody back."""
+    them has work ``waiting``: each wants more than it holds. At other times some team's
+    demand is met in full and fairness holds nobody back."""
     demanding = {t for t, d in demand.items() if d > 0}
     contended = len(demanding) >= 2 and demanding <= set(waiting)
     fair = max_min_fair({t: demand[t] for t in demanding}, weights, 1.0) if contended else {}

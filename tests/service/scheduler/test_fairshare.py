@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from service.scheduler.policy.fairshare import (
@@ -72,48 +74,25 @@ def test_owed_accrues_fair_minus_held_while_teams_contend_and_lending_costs_noth
 
     w = {"a": 1.0, "b": 1.0}
     both = {"a", "b"}
+    # Half-lives far beyond the steps: the accruals below are exact, without decay.
+    step = functools.partial(advance_owed, weights=w, half_life_s=1e12)
     # A holds the whole cluster while both have work waiting: B is owed, A owes, 0.5 a second.
-    owed = advance_owed(
-        {},
-        held={"a": 1.0},
-        demand={"a": 1.5, "b": 0.5},
-        waiting=both,
-        weights=w,
-        dt_s=10,
-        half_life_s=1e12,
-    )
+    owed = step({}, held={"a": 1.0}, demand={"a": 1.5, "b": 0.5}, waiting=both, dt_s=10)
     assert owed["a"] == pytest.approx(-5.0) and owed["b"] == pytest.approx(5.0)
     # Nobody else wants it: A holding everything is charged nothing.
-    idle = advance_owed(
-        owed,
-        held={"a": 1.0},
-        demand={"a": 1.5},
-        waiting={"a"},
-        weights=w,
-        dt_s=100,
-        half_life_s=1e12,
-    )
+    idle = step(owed, held={"a": 1.0}, demand={"a": 1.5}, waiting={"a"}, dt_s=100)
     assert idle == pytest.approx(owed)
     # A's demand is met in full (nothing of A's waits): not contended, nothing accrues.
-    met = advance_owed(
-        owed,
-        held={"a": 1.0},
-        demand={"a": 1.0, "b": 0.5},
-        waiting={"b"},
-        weights=w,
-        dt_s=100,
-        half_life_s=1e12,
-    )
+    met = step(owed, held={"a": 1.0}, demand={"a": 1.0, "b": 0.5}, waiting={"b"}, dt_s=100)
     assert met == pytest.approx(owed)
     # Weights split what is contended: 3:1, both wanting everything, B holding it all.
-    o = advance_owed(
+    o = step(
         {},
         held={"b": 1.0},
         demand={"a": 1.0, "b": 1.0},
         waiting=both,
-        weights={"a": 3.0, "b": 1.0},
         dt_s=4,
-        half_life_s=1e12,
+        weights={"a": 3.0, "b": 1.0},
     )
     assert o["a"] == pytest.approx(3.0) and o["b"] == pytest.approx(-3.0)
     # With nothing held or wanted the account decays by half per half-life.

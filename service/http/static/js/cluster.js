@@ -1,7 +1,8 @@
 // The cluster view (#/cluster): who holds what (per team: jobs running and queued, GPUs and
 // CPUs held, weight, quota, max priority, GPU-hours over the last day, what fair share owes
-// it) and the queue with each job's expected start. Another team's queued job shows as capacity only (the API's
-// privacy rule). Auto-refreshes; returns a function that stops its timer.
+// it) and the queue with each job's expected start. Another team's queued job shows as
+// capacity only (the API's privacy rule). Auto-refreshes; returns a function that stops its
+// timer.
 
 import { all, get } from "./api.js";
 import { age, fmt, h } from "./util.js";
