@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup setup-browser serve test test-fast lint check-deploy bench-api bench-trainer bench-strategies bench-overhead
+.PHONY: setup setup-browser serve test test-fast test-gpu lint check-deploy bench-api bench-trainer bench-strategies bench-overhead bench-mfu
 
 setup:
 	bash scripts/bootstrap.sh
@@ -15,9 +15,9 @@ serve: setup
 	$(BIN)/shunter serve
 
 lint: setup
-	$(BIN)/ruff check shunter service worker trainer_core tests bench migrations
-	$(BIN)/ruff format --check shunter service worker trainer_core tests bench migrations
-	$(BIN)/mypy shunter service worker trainer_core
+	$(BIN)/ruff check shunter service storage launcher worker trainer_core tests bench migrations
+	$(BIN)/ruff format --check shunter service storage launcher worker trainer_core tests bench migrations
+	$(BIN)/mypy shunter service storage launcher worker trainer_core
 	$(BIN)/lint-imports
 
 test: setup-browser lint
@@ -25,6 +25,13 @@ test: setup-browser lint
 
 test-fast: setup lint
 	$(BIN)/pytest -q -m "not slow"
+
+# The GPU set on this node's own Python/torch (no venv, no `setup`): PYTHON=python3 by default.
+test-gpu:
+	bash scripts/test_gpu.sh
+
+bench-mfu:
+	$${PYTHON:-python3} bench/mfu.py
 
 bench-api: setup
 	@# wrk (Debian) is the load generator; without it the bench falls back to a Python client.

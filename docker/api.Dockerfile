@@ -11,6 +11,8 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY shunter ./shunter
 COPY service ./service
+COPY storage ./storage
+COPY launcher ./launcher
 COPY worker ./worker
 COPY trainer_core ./trainer_core
 COPY migrations ./migrations

@@ -14,6 +14,7 @@ RUN pip install "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu
 COPY pyproject.toml README.md ./
 COPY shunter ./shunter
 COPY service ./service
+COPY storage ./storage
 COPY worker ./worker
 COPY trainer_core ./trainer_core
 COPY migrations ./migrations

@@ -46,13 +46,20 @@ from service.http.routes import (
     internal,
     jobs,
     jobspec,
+    nodes,
     openai,
     ops,
+    sweeps,
     teams,
+    webhooks,
 )
+from service.http.straggler_metrics import StragglerCollector
+from service.http.webhook_metrics import WebhookCollector
 from service.jobs.hub import resolve_hub_access
 from service.launch import Launcher, load_launcher
 from service.settings import Settings
+from service.sweeps.controller import SweepController
+from service.webhooks.delivery import DeliveryConfig, DeliveryWorker
 
 __all__ = ["create_app"]
 
@@ -67,9 +74,37 @@ def _start_scheduler(state: AppState) -> Any:
     ):
         return None
     module = importlib.import_module("service.scheduler.loop")
-    scheduler = module.Scheduler(state.settings, state.db, state.need_launcher())
+    scheduler = module.Scheduler(
+        state.settings,
+        state.db,
+        state.need_launcher(),
+        on_phase=state.on_phase,
+        cluster_view=state.clusters(),  # the view submits check against
+    )
     scheduler.start()
     return scheduler
+
+
+def _start_sweeps(state: AppState) -> SweepController | None:
+    """The sweep controller runs wherever the scheduler does (one acts, under its lease)."""
+    if not state.settings.run_scheduler:
+        return None
+    controller = SweepController(state.settings, state.db, state.need_launcher())
+    controller.start()
+    return controller
+
+
+def _start_webhooks(state: AppState) -> DeliveryWorker | None:
+    """The webhook sender runs in every API process (rows are claimed, never sent twice)."""
+    if not state.settings.deliver_webhooks:
+        return None
+    worker = DeliveryWorker(
+        db=state.db,
+        config=DeliveryConfig.from_settings(state.settings),
+        interval_s=state.settings.webhook_interval_s,
+    )
+    worker.start()
+    return worker
 
 
 def _lifespan(state: AppState, owns_launcher: bool) -> Any:
@@ -80,6 +115,8 @@ def _lifespan(state: AppState, owns_launcher: bool) -> Any:
                 load_launcher, state.settings.launcher, state.settings
             )
         state.scheduler = await run_in_threadpool(_start_scheduler, state)
+        sweep_controller = await run_in_threadpool(_start_sweeps, state)
+        webhook_worker = _start_webhooks(state)
         # What startup built (modules, routes, models) lives as long as the process: keep it
         # out of the collector's generations, so a full collection under load stays short.
         gc.collect()
@@ -87,6 +124,10 @@ def _lifespan(state: AppState, owns_launcher: bool) -> Any:
         try:
             yield
         finally:
+            if webhook_worker is not None:
+                await run_in_threadpool(webhook_worker.stop)
+            if sweep_controller is not None:
+                await run_in_threadpool(sweep_controller.stop)
             if state.scheduler is not None:
                 await run_in_threadpool(state.scheduler.stop)
             if owns_launcher and state.launcher is not None:
@@ -111,7 +152,10 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         settings=settings, db=db, tokens=TokenCache(settings.auth_cache_seconds), launcher=launcher
     )
     metrics = build_metrics(db, scheduler=lambda: state.scheduler)
+    metrics.registry.register(WebhookCollector(db))
+    metrics.registry.register(StragglerCollector(db))
     state.extras["registry"] = metrics.registry
+    state.on_phase = metrics.observe_phase
 
     app = FastAPI(
         title="Shunter",
@@ -132,10 +176,13 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         openai.router,
         downloads.router,
         jobspec.router,
+        sweeps.router,
+        webhooks.router,
     )
     app.include_router(docs.router)
     app.include_router(housekeeping.router)
     app.include_router(data_roots.router)
+    app.include_router(nodes.router)
     for router in routers:
         app.include_router(router)
     # Innermost: polls of one job skip the framework (errors still come from the route).

@@ -208,13 +208,15 @@ def db_downgrade(
 
 
 def scheduler() -> None:
-    """Run only the scheduler loop (the API then runs with SHUNTER_RUN_SCHEDULER=false)."""
+    """Run only the scheduler loop and the sweep controller (the API then runs with
+    SHUNTER_RUN_SCHEDULER=false)."""
     import importlib
 
     from service.db.engine import Database
     from service.jobs.hub import resolve_hub_access
     from service.launch import load_launcher
     from service.settings import Settings
+    from service.sweeps.controller import SweepController
 
     _default_data_roots()
     settings = Settings()
@@ -225,11 +227,14 @@ def scheduler() -> None:
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
+    sweeps = SweepController(settings, db, launcher)
     sched.start()
+    sweeps.start()
     typer.echo("shunter: scheduler running; Ctrl-C stops it")
     try:
         done.wait()
     finally:
+        sweeps.stop()
         sched.stop()
         launcher.close()
         db.dispose()
@@ -292,11 +297,18 @@ def admin_sim(
     half_life_s: Annotated[
         float, typer.Option(help="Half-life of what teams are owed and of usage history.")
     ] = 7 * 24 * 3600.0,
+    eta_depth: Annotated[
+        int,
+        typer.Option(
+            help="ETAs for the first N queued jobs in policy order, as live (deeper: taken "
+            "later); 0 = every job's first ETA at its submit (slower on deep queues)."
+        ),
+    ] = 500,
 ) -> None:
     """Replay a trace through the live scheduling policy on a virtual clock."""
     import json
 
-    from service.scheduler.policy.plan import PolicyConfig
+    from service.policy.plan import PolicyConfig
     from service.scheduler.sim import SimConfig, simulate
     from service.scheduler.trace import TraceError, load_cluster, load_teams, load_trace
 
@@ -311,6 +323,7 @@ def admin_sim(
                 grace_s=grace_s,
                 min_runtime_s=min_runtime_s,
                 half_life_s=half_life_s,
+                eta_depth=eta_depth or None,
             )
             for n in names
         ]

@@ -2,6 +2,7 @@
 ``service.http.error_mapping`` maps them to HTTP in one handler. Nothing here imports FastAPI.
 
     ServiceError                 (500 if it ever escapes unmapped)
+     ├── ExportFailed            500  a step checkpoint could not be consolidated into a model
      ├── BadRequest              400  malformed input (bad cursor, bad JSON body)
      ├── Unauthorized            401  no/invalid token
      ├── Forbidden               403  role may not do this
@@ -11,7 +12,8 @@
      │    └── StaleAttempt       an internal write from an attempt that is not current
      ├── PayloadTooLarge         413
      ├── UnsupportedMediaType    415
-     └── Unprocessable           422  the body is well-formed but invalid (names the field)
+     ├── Unprocessable           422  the body is well-formed but invalid (names the field)
+     └── Unavailable             503  a dependency (the cluster's Ray) cannot be reached
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 __all__ = [
     "BadRequest",
     "Conflict",
+    "ExportFailed",
     "Forbidden",
     "IllegalTransition",
     "NotFound",
@@ -28,6 +31,7 @@ __all__ = [
     "ServiceError",
     "StaleAttempt",
     "Unauthorized",
+    "Unavailable",
     "Unprocessable",
     "UnsupportedMediaType",
 ]
@@ -65,6 +69,10 @@ class NotFound(ServiceError):
     code = "not_found"
 
 
+class ExportFailed(ServiceError):
+    code = "export_failed"
+
+
 class Conflict(ServiceError):
     status_code = 409
     code = "conflict"
@@ -91,3 +99,8 @@ class Unprocessable(ServiceError):
 class UnsupportedMediaType(ServiceError):
     status_code = 415
     code = "unsupported_media_type"
+
+
+class Unavailable(ServiceError):
+    status_code = 503
+    code = "unavailable"

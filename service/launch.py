@@ -1,8 +1,8 @@
 """The seam between the service and whatever runs jobs (Ray in production).
 
 The service never imports Ray. The scheduler talks to a ``Launcher``; the real one lives in
-``worker.ray_launcher`` and is loaded by dotted path from ``Settings.launcher`` (default
-``worker.ray_launcher:from_settings``), so the import direction stays service -> nothing of ours.
+``launcher.ray_launcher`` and is loaded by dotted path from ``Settings.launcher`` (default
+``launcher.ray_launcher:from_settings``), so the import direction stays service -> nothing of ours.
 ``InMemoryLauncher`` is a real small implementation for tests of the service alone.
 """
 
@@ -22,6 +22,8 @@ __all__ = [
     "LaunchStatus",
     "Launcher",
     "NodeResources",
+    "RankStack",
+    "StackTarget",
     "load_launcher",
 ]
 
@@ -91,12 +93,34 @@ class LaunchStatus:
     message: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class StackTarget:
+    """One rank's process, as its worker reported it at start (``POST .../workers``)."""
+
+    rank: int
+    pid: int
+    node_id: str  # the launcher's node id (Ray: hex); the dump runs there
+    node_ip: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RankStack:
+    """What a stack dump found of one rank: its process state (``T`` = stopped), the CPU
+    seconds it used over the sampling second, and its threads' stacks (or why not)."""
+
+    rank: int
+    state: str
+    cpu_s: float | None
+    text: str
+
+
 class Launcher(Protocol):
     def cluster(self) -> ClusterResources: ...
     def submit(self, req: LaunchRequest) -> None: ...
     def status(self, submission_id: str) -> LaunchStatus: ...
     def stop(self, submission_id: str) -> None: ...
     def logs(self, submission_id: str, tail: int | None = None) -> str: ...
+    def dump_stacks(self, targets: list[StackTarget], *, timeout_s: float) -> list[RankStack]: ...
     def close(self) -> None: ...
 
 
@@ -120,6 +144,8 @@ class InMemoryLauncher:
     submitted: dict[str, LaunchRequest] = field(default_factory=dict)
     states: dict[str, LaunchStatus] = field(default_factory=dict)
     log_text: dict[str, str] = field(default_factory=dict)
+    stacks: dict[int, RankStack] = field(default_factory=dict)  # by rank, for dump_stacks
+    dumped: list[list[StackTarget]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def cluster(self) -> ClusterResources:
@@ -145,6 +171,14 @@ class InMemoryLauncher:
         if tail is not None:
             lines = lines[-tail:] if tail > 0 else []
         return "\n".join(lines)
+
+    def dump_stacks(self, targets: list[StackTarget], *, timeout_s: float) -> list[RankStack]:
+        """``stacks`` by rank when a test set them, else a stopped process with no stack."""
+        self.dumped.append(list(targets))
+        return [
+            self.stacks.get(t.rank, RankStack(rank=t.rank, state="T", cpu_s=0.0, text=""))
+            for t in targets
+        ]
 
     def close(self) -> None:
         return None

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from shunter.jobspec.plan import Plan
-from shunter.jobspec.vocab import Priority
+from shunter.jobspec.vocab import Priority, WebhookEventType
 
 __all__ = [
+    "Budget",
+    "BudgetRead",
     "CheckpointIn",
     "CheckpointRead",
     "CheckpointsPage",
@@ -46,6 +48,8 @@ __all__ = [
     "Quota",
     "RestartIn",
     "StatusIn",
+    "SweepRead",
+    "SweepsPage",
     "TeamCreate",
     "TeamPatch",
     "TeamRead",
@@ -55,8 +59,18 @@ __all__ = [
     "TokenCreated",
     "TokenRead",
     "TokensPage",
+    "TrialRead",
     "Utc",
+    "WebhookDeliveriesPage",
+    "WebhookDeliveryRead",
+    "WebhookEndpointCreate",
+    "WebhookEndpointCreated",
+    "WebhookEndpointPatch",
+    "WebhookEndpointRead",
+    "WebhookEndpointsPage",
+    "WebhookSecretRotated",
     "WhoAmI",
+    "WorkerIn",
 ]
 
 
@@ -113,6 +127,10 @@ class JobRead(_Out):
     # forward; a running job's end, from its step rate and max_runtime. None = unknown.
     estimated_start_at: Utc | None = None
     estimated_end_at: Utc | None = None
+    # A queued job: when the scheduler computed its position, reason and ETA; ``stale``
+    # when the last tick did not reach it (deeper than SHUNTER_SCHEDULER_MAX_PLAN_DEPTH).
+    estimated_at: Utc | None = None
+    estimate_stale: bool = False
     progress: Progress | None = None
     latest_metrics: dict[str, Any] | None = None
     error: JobError | None = None
@@ -210,6 +228,8 @@ class QueueItem(_Out):
     created_at: Utc | None = None
     pending_reason: str | None = None
     estimated_start_at: Utc | None = None
+    estimated_at: Utc | None = None  # when position, reason and ETA were computed
+    estimate_stale: bool = False  # the last tick did not reach it: they are older
     num_workers: int
     cpus_per_worker: float
     gpus_per_worker: float
@@ -238,6 +258,55 @@ class ClusterRead(_Out):
     free_gpus: float
 
 
+# --- sweeps ---------------------------------------------------------------------------
+
+
+class TrialRead(_Out):
+    """One trial of a sweep: an ordinary job (``job_id``) and the parameters sampled for it.
+    ``objective``: the objective at the trial's last evaluation (what Optuna is told when it
+    finishes); ``best_value`` / ``best_step``: its best evaluation."""
+
+    number: int
+    job_id: str
+    status: str
+    params: dict[str, Any]
+    objective: float | None = None
+    objective_step: int | None = None
+    best_value: float | None = None
+    best_step: int | None = None
+    pruned_at_step: int | None = None
+    created_at: Utc
+
+
+class SweepRead(_Out):
+    id: str
+    name: str
+    team: str
+    status: str
+    message: str = ""
+    objective: str  # the metric point name, e.g. eval_accuracy
+    direction: str
+    max_trials: int
+    max_parallel: int
+    sampler: str
+    pruner: str
+    definition: dict[str, Any]  # the body as submitted (base, space, settings, budget)
+    created_by: str | None
+    created_at: Utc
+    finished_at: Utc | None
+    counts: dict[str, int]  # trials by job status
+    gpu_hours_used: float = 0.0  # what the trials held (the sweep's own budget counts this)
+    cpu_hours_used: float = 0.0
+    trials: list[TrialRead] = Field(default_factory=list)
+    # The finished trial with the best objective (its model: GET /v1/jobs/{job_id}/...).
+    best_trial: TrialRead | None = None
+
+
+class SweepsPage(_Out):
+    data: list[SweepRead]
+    next_cursor: str | None = None
+
+
 # --- teams and tokens -------------------------------------------------------------------
 
 
@@ -245,6 +314,43 @@ class Quota(_In):
     max_gpus: float | None = Field(default=None, ge=0, le=1e6)
     max_cpus: float | None = Field(default=None, ge=0, le=1e7)
     max_running_jobs: int | None = Field(default=None, ge=0, le=1_000_000)
+
+
+class Budget(_In):
+    """A team's spending budget (``service.accounts.budgets``): GPU- and/or CPU-hours that its
+    attempts may hold per ``period``, periods counted from ``starts`` (default: when set). Past
+    it, ``hard``: new submits get 403; ``soft``: they queue at ``low`` priority."""
+
+    gpu_hours: float | None = Field(default=None, ge=0, le=1e9)
+    cpu_hours: float | None = Field(default=None, ge=0, le=1e10)
+    period: Literal["week", "month"] = "month"
+    starts: Utc | None = None
+    mode: Literal["hard", "soft"] = "hard"
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> Budget:
+        if self.gpu_hours is None and self.cpu_hours is None:
+            raise ValueError(
+                "give gpu_hours or cpu_hours (or both); to remove a budget send budget: null"
+            )
+        return self
+
+
+class BudgetRead(_Out):
+    """A team's budget now: its limits and the current period's use (hours)."""
+
+    gpu_hours: float | None
+    cpu_hours: float | None
+    period: str
+    starts: Utc
+    mode: str
+    period_start: Utc  # the current period: [period_start, period_end)
+    period_end: Utc
+    gpu_hours_used: float
+    cpu_hours_used: float
+    gpu_hours_left: float | None  # None: that resource is not limited
+    cpu_hours_left: float | None
+    exceeded: bool
 
 
 class TeamCreate(_In):
@@ -261,6 +367,7 @@ class TeamPatch(_In):
     weight: float | None = Field(default=None, gt=0, le=1000)
     quota: Quota | None = None
     max_priority: Priority | None = None
+    budget: Budget | None = None  # given as null: the team has no budget any more
 
 
 class TeamRead(_Out):
@@ -269,6 +376,7 @@ class TeamRead(_Out):
     weight: float
     max_priority: str = "normal"
     created_at: Utc
+    budget: BudgetRead | None = None
 
 
 class TeamUsageRead(_Out):
@@ -284,6 +392,8 @@ class TeamUsageRead(_Out):
     # cluster fair share still owes the team (negative: the team owes them). 3600 = the
     # whole cluster for an hour.
     owed_share_seconds: float = 0.0
+    # The team's budget and the current period's use (None: no budget).
+    budget: BudgetRead | None = None
 
 
 class TeamsPage(_Out):
@@ -336,6 +446,9 @@ class InternalSpec(_Out):
     # Run time of the job's earlier attempts (claim to end; queued time excluded): the driver
     # enforces max_runtime_seconds over the whole job, not per attempt.
     runtime_used_s: float = 0.0
+    # Ray node ids the straggler watch has cordoned now (service.jobs.straggler): the driver's
+    # ScalingConfig label selector keeps this attempt's workers off them.
+    avoid_nodes: list[str] = Field(default_factory=list)
 
 
 class HeartbeatIn(_In):
@@ -347,7 +460,7 @@ class HeartbeatOut(_Out):
     cancel_requested: bool
     # Checkpoint at the next step boundary and stop (preemption or pause); why, in words.
     checkpoint_now: bool = False
-    stop_cause: Literal["preempt", "pause"] | None = None
+    stop_cause: Literal["preempt", "pause", "prune"] | None = None
     stop_detail: str | None = None
 
 
@@ -366,6 +479,23 @@ class RestartIn(_In):
     node: str | None = Field(default=None, max_length=255)  # its node (IP or Ray node id)
     cause: str = Field(min_length=1, max_length=2000)
     resumed_from_step: int = Field(ge=0, le=2**62)  # 0 = from scratch
+
+
+class PhaseIn(_In):
+    """Rank 0 reached a start-up phase (``service.jobs.phases``) at ``time``."""
+
+    phase: Literal["workers_up", "model_built", "first_step"]
+    time: Utc
+
+
+class WorkerIn(_In):
+    """One Ray Train worker of this attempt, at its start: where its process is, so the hang
+    watch can dump its stacks on its node (``service.jobs.hang``)."""
+
+    rank: int = Field(ge=0, le=1_000_000)  # world rank
+    pid: int = Field(ge=1, le=2**31)
+    node_id: str = Field(min_length=1, max_length=128, pattern=r"^[0-9A-Za-z_-]+$")
+    node_ip: str = Field(default="", max_length=255)
 
 
 class MetricPointIn(_In):
@@ -419,3 +549,89 @@ class CheckpointIn(_In):
     bytes: int = Field(ge=0, le=2**62)
     metrics: dict[str, Any] = Field(default_factory=dict)
     verified: bool = False
+
+
+# --- webhooks ---------------------------------------------------------------------------
+
+
+class WebhookEndpointCreate(_In):
+    """A team's receiver. ``events``: the types it gets for every job of the team (empty:
+    only for jobs whose ``notify:`` names its URL)."""
+
+    team: Name | None = None  # admins may name another team; default: the caller's
+    url: str = Field(min_length=1, max_length=2048)
+    events: list[WebhookEventType] = Field(default_factory=lambda: list(get_args(WebhookEventType)))
+    description: str = Field("", max_length=255)
+
+
+class WebhookEndpointPatch(_In):
+    events: list[WebhookEventType] | None = None
+    description: str | None = Field(None, max_length=255)
+    enabled: bool | None = None  # true re-enables a disabled endpoint (failures reset)
+
+
+class WebhookEndpointRead(_Out):
+    id: str
+    team: str
+    url: str
+    description: str
+    events: list[str]
+    enabled: bool
+    disabled_at: Utc | None
+    disabled_reason: str | None
+    failures: int  # consecutive failed attempts
+    failing_since: Utc | None
+    previous_secret_valid_until: Utc | None  # during a rotation
+    created_by: str | None
+    created_at: Utc
+
+
+class WebhookEndpointCreated(WebhookEndpointRead):
+    secret: str  # whsec_...; shown once
+
+
+class WebhookSecretRotated(_Out):
+    id: str
+    secret: str  # the new whsec_...; shown once
+    previous_secret_valid_until: Utc  # the old one signs too until then
+
+
+class WebhookEndpointsPage(_Out):
+    data: list[WebhookEndpointRead]
+
+
+class WebhookDeliveryRead(_Out):
+    id: str  # the webhook-id header (msg_...): the same on every retry and re-send
+    event_id: str  # the payload's id (evt_...): the same for every endpoint
+    endpoint_id: str
+    team: str
+    job_id: str
+    type: str
+    status: Literal["pending", "delivered", "failed"]
+    attempts: int
+    next_attempt_at: Utc | None  # pending only
+    last_attempt_at: Utc | None
+    last_status_code: int | None
+    last_error: str | None
+    delivered_at: Utc | None
+    created_at: Utc
+
+
+class WebhookDeliveriesPage(_Out):
+    data: list[WebhookDeliveryRead]
+    next_cursor: str | None
+
+
+# --- straggler watch: flagged and cordoned nodes ---------------------------------------
+
+
+class NodeCordonRead(_Out):
+    node_id: str
+    node_ip: str
+    cordoned: bool  # placement leaves it out now
+    cordoned_until: datetime | None
+    flags: int  # straggler flags since its last cordon
+    total_flags: int
+    last_flagged_at: datetime | None
+    last_job_id: str | None
+    reason: str

@@ -6,13 +6,14 @@ Paths that default "under home" are derived from ``home`` after loading, so sett
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.storage import storage_error
+from storage import storage_error
 
 __all__ = ["Settings"]
 
@@ -35,7 +36,7 @@ class Settings(BaseSettings):
     # The S3 endpoint of a self-hosted store (MinIO, Ceph RGW); AWS_ENDPOINT_URL works too.
     s3_endpoint_url: str = ""
     ray_address: str = ""  # empty = the launcher starts an embedded Ray head
-    launcher: str = "worker.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
+    launcher: str = "launcher.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     public_url: str = ""  # how drivers reach the API; default http://host:port
@@ -49,10 +50,17 @@ class Settings(BaseSettings):
     # Infra losses (expired leases) of one job requeued before it fails retries_exhausted.
     max_infra_retries: int = Field(default=3, ge=0)
     scheduler_interval_s: float = Field(default=1.0, gt=0)
+    # Bounded work per tick (Slurm's bf_max_job_test): the leader places, explains and
+    # estimates the first this many queued jobs in policy order; deeper ones keep their last
+    # position, reason and ETA, marked stale, until a later tick reaches them.
+    scheduler_max_plan_depth: int = Field(default=500, ge=1)
     # The scheduler leader's lease (service.scheduler.leader): a dead leader is replaced
     # within this many seconds (plus a tick) by another process on the same database.
     scheduler_lease_s: float = Field(default=15.0, gt=0)
     run_scheduler: bool = True
+    # The sweep controller (service.sweeps.controller; runs where the scheduler does, one
+    # process at a time under its own lease): how often it samples and prunes.
+    sweep_interval_s: float = Field(default=2.0, gt=0)
     # Preemption and fair share (issue 11). A job runs at least preempt_min_runtime_s before it
     # may be preempted; a victim that has not checkpointed preempt_checkpoint_timeout_s after
     # the request is stopped and resumes from its last verified checkpoint. A team under its
@@ -61,6 +69,20 @@ class Settings(BaseSettings):
     preempt_checkpoint_timeout_s: float = Field(default=120.0, gt=0)
     fairshare_grace_s: float = Field(default=600.0, ge=0)
     fairshare_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
+    # Hang watch (issue 23, service.jobs.hang): the bounds a spec's health.hang must keep
+    # (a spec outside them is a 422 naming the field), and how long a stack dump may take.
+    health_hang_factor_min: float = Field(default=3.0, ge=1)
+    health_hang_factor_max: float = Field(default=1000.0, ge=1)
+    health_hang_floor_min_s: float = Field(default=60.0, ge=1)
+    health_hang_floor_max_s: float = Field(default=86_400.0, ge=1)
+    health_hang_startup_min_s: float = Field(default=120.0, ge=1)
+    health_hang_startup_max_s: float = Field(default=86_400.0, ge=1)
+    health_hang_dump_timeout_s: float = Field(default=60.0, gt=0)
+    # Straggler watch (issue 23, service.jobs.straggler): a node named by this many
+    # ``straggler`` events is cordoned (no placement on it) for straggler_cordon_seconds;
+    # 0 = never cordon (the events and metrics still come).
+    straggler_cordon_after: int = Field(default=0, ge=0)
+    straggler_cordon_seconds: float = Field(default=3600.0, gt=0)
     migrate_on_start: bool | None = None  # None = only for the embedded SQLite database
     create_admin_token: bool = True
     # The first admin token's plaintext (a deployment's Secret); empty = generate one.
@@ -113,6 +135,33 @@ class Settings(BaseSettings):
     hub_access: Literal["auto", "on", "off"] = "auto"
     hub_allowed_orgs: Annotated[list[str], NoDecode] = Field(default_factory=list)
     hf_home: str = ""
+    # Step-checkpoint downloads (service.jobs.checkpoint_models) consolidate a checkpoint into a
+    # model once, in a child process ``<export_python> -m trainer_core export-checkpoint``:
+    # a Python with shunter[train] (torch); empty = this interpreter. Bounded in time.
+    export_python: str = ""
+    export_timeout_seconds: float = Field(default=1800.0, gt=0)
+
+    # Webhooks (service.webhooks). webhook_allow: addresses or CIDR networks (comma-separated)
+    # a webhook URL may resolve to although private/loopback/link-local (SSRF guard), e.g.
+    # "127.0.0.1,10.0.0.0/8". Each attempt is bounded in time (seconds, connect to last
+    # byte) and in the answer read (bytes); the delivery worker runs in every API process
+    # with deliver_webhooks on and polls every webhook_interval_s (rows are claimed, so two
+    # processes never send one at once). An endpoint is disabled after
+    # webhook_disable_after_failures consecutive failures spanning webhook_disable_after_s;
+    # a rotated secret keeps signing for webhook_rotation_grace_s.
+    webhook_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    webhook_timeout_s: float = Field(default=10.0, gt=0, le=60)
+    webhook_max_response_bytes: int = Field(default=64 * 1024, ge=0)
+    deliver_webhooks: bool = True
+    webhook_interval_s: float = Field(default=1.0, gt=0)
+    webhook_disable_after_failures: int = Field(default=20, ge=1)
+    webhook_disable_after_s: float = Field(default=24 * 3600.0, ge=0)
+    webhook_rotation_grace_s: float = Field(default=24 * 3600.0, ge=0)
+    # Delivered and failed deliveries are deleted this long after they were created.
+    webhook_keep_s: float = Field(default=30 * 24 * 3600.0, gt=0)
+    # Seconds before retry 1, 2, ... (comma-separated); empty = the Standard Webhooks
+    # schedule continued to 72 h (service.webhooks.policy.RETRY_DELAYS_S).
+    webhook_retry_delays_s: Annotated[list[float], NoDecode] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -120,6 +169,12 @@ class Settings(BaseSettings):
         if isinstance(data, dict) and isinstance(data.get("data_roots"), str):
             raw = data["data_roots"]
             data = {**data, "data_roots": [p for p in raw.split(":") if p]}
+        if isinstance(data, dict) and isinstance(data.get("webhook_allow"), str):
+            allow = [a.strip() for a in data["webhook_allow"].split(",")]
+            data = {**data, "webhook_allow": [a for a in allow if a]}
+        if isinstance(data, dict) and isinstance(data.get("webhook_retry_delays_s"), str):
+            delays = [d.strip() for d in data["webhook_retry_delays_s"].split(",")]
+            data = {**data, "webhook_retry_delays_s": [d for d in delays if d]}
         if isinstance(data, dict) and isinstance(data.get("hub_allowed_orgs"), str):
             orgs = [o.strip() for o in data["hub_allowed_orgs"].split(",")]
             data = {**data, "hub_allowed_orgs": [o for o in orgs if o]}
@@ -134,6 +189,14 @@ class Settings(BaseSettings):
                 "SHUNTER_ADMIN_TOKEN must be 'shn_' and at least 32 random characters, e.g."
                 " shn_$(openssl rand -hex 24); or leave it unset to generate one"
             )
+        for entry in self.webhook_allow:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"SHUNTER_WEBHOOK_ALLOW: {entry!r} is not an address or a CIDR network,"
+                    " e.g. 127.0.0.1 or 10.0.0.0/8"
+                ) from None
         if (problem := storage_error(self.storage)) is not None:
             raise ValueError(f"SHUNTER_STORAGE: {problem}")
         self.storage = self.storage.rstrip("/") if "://" in self.storage else self.storage

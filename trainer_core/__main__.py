@@ -1,5 +1,9 @@
 """``python -m trainer_core --spec job.yaml [--output-dir DIR] [--tokenizer DIR]``.
 
+``python -m trainer_core export-checkpoint --spec job.json --checkpoint DIR --out DIR`` writes
+a step checkpoint of that spec's job as a model (``trainer_core.consolidate``): one process,
+CPU, any world size or strategy the checkpoint was written with.
+
 Under ``torchrun --nproc_per_node N`` every rank runs this; plain ``python`` is one process.
 Reads a JobSpec (YAML or JSON) with the service's strict parser, validates it with the
 service's rules (``shunter.jobspec``; ``resources`` are this run's: the world size from
@@ -39,7 +43,33 @@ def _read_spec(path: Path) -> dict[str, Any]:
     return spec
 
 
+def export_main(argv: list[str]) -> int:
+    """``export-checkpoint``: the model of a step checkpoint in the final-model layout."""
+    from shunter.jobspec import ModelSpec
+    from trainer_core.consolidate import export_checkpoint
+
+    parser = argparse.ArgumentParser(prog="python -m trainer_core export-checkpoint")
+    parser.add_argument("--spec", type=Path, required=True, help="the job's JobSpec")
+    parser.add_argument("--checkpoint", type=Path, required=True, help="checkpoint-<step> dir")
+    parser.add_argument("--out", type=Path, required=True, help="where to write the model")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    raw = _read_spec(args.spec)
+    # Only the model section matters here; the job's resources need not match this process.
+    model_cfg = ModelSpec.model_validate(raw.get("model") or {})
+    seed = int((raw.get("training") or {}).get("seed") or 0)
+    try:
+        export_checkpoint(model_cfg, args.checkpoint, args.out, seed=seed)
+    except ValueError as exc:
+        print(f"{args.checkpoint}: {exc}", file=sys.stderr)
+        return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["export-checkpoint"]:
+        return export_main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m trainer_core", description=__doc__)
     parser.add_argument("--spec", type=Path, required=True, help="JobSpec YAML or JSON")
     parser.add_argument("--output-dir", type=Path, help="overrides training.output_dir")

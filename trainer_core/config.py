@@ -33,7 +33,7 @@ from shunter.jobspec import (
     TrainingSpec,
     validate,
 )
-from shunter.jobspec.rules import CLASSIFICATION_TASKS, default_greater_is_better
+from shunter.jobspec.rules import default_greater_is_better
 from trainer_core.parallel import ParallelConfig
 
 __all__ = [
@@ -47,7 +47,6 @@ __all__ = [
     "clip_norm",
     "eval_every",
     "higher_is_better",
-    "is_classification",
     "local_spec",
     "torch_dtype",
 ]
@@ -63,10 +62,6 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def torch_dtype(model: ModelSpec) -> torch.dtype:
     return _DTYPES[model.dtype]
-
-
-def is_classification(task: str) -> bool:
-    return task in CLASSIFICATION_TASKS
 
 
 def clip_norm(training: TrainingSpec) -> float | None:

@@ -7,25 +7,26 @@ Contract:
   fingerprint covers the data (path + size + mtime, or hub id/config/split), the tokenizer
   (its serialised vocabulary), the task, fields and ``max_length``, so a restart loads it
   instead of re-tokenising and any change re-tokenises.
-- ``make_collator(task, tokenizer, seed)``: dynamic padding per batch; causal LM labels are the
-  inputs with -100 on padding (the model shifts nothing: the loop shifts); masked LM masking
-  draws from a seeded generator whose state the checkpoint saves.
+- ``make_collator(task, tokenizer, seed)``: the task's collator (``trainer_core.tasks``):
+  dynamic padding per batch; masked LM masking draws from a seeded generator whose state the
+  checkpoint saves.
 - ``BatchOrder``: which example indices form each micro-batch of each epoch on this rank. A
   pure function of (seed, epoch, dp_rank, dp_size): shuffled per epoch with ``seed + epoch``,
   then strided over data-parallel ranks, so a resume can start at (epoch, batch) without
   touching the skipped batches.
 
-Token classification expects ``text_field`` to hold a list of words and ``label_field`` a list
-of integer labels per word; the label goes on each word's first sub-token, -100 elsewhere.
+What a task's rows become (columns, labels, packing) is the task's own ``encode``, in its
+module under ``trainer_core/tasks``; this module reads, caches and orders them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,22 +35,19 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 import torch.distributed as dist
-from transformers import (
-    DataCollatorForLanguageModeling,
-    DataCollatorForTokenClassification,
-    DataCollatorWithPadding,
-    PreTrainedTokenizerBase,
-)
+from transformers import PreTrainedTokenizerBase
 
 from shunter.jobspec import DataSource as SpecSource
 from trainer_core.config import DataConfig, DataSource
 from trainer_core.formats import read_local
 from trainer_core.hub import load_hub_dataset
-from trainer_core.tasks import TASK_OPS
+from trainer_core.tasks import task_ops
+from trainer_core.tasks.base import Collator, require_columns
+from trainer_core.tasks.causal_lm import CausalLMCollator
 
 __all__ = [
     "BatchOrder",
-    "CausalLMCollator",
+    "CausalLMCollator",  # re-exported from trainer_core.tasks.causal_lm
     "eval_batches",
     "load_tokenized",
     "make_collator",
@@ -57,7 +55,6 @@ __all__ = [
 ]
 
 _CACHE_VERSION = 1  # bump when tokenisation logic changes, so old caches are not reused
-Collator = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
 
 
 # ---------------------------------------------------------------- loading + tokenising
@@ -74,27 +71,38 @@ def load_tokenized(
     """Tokenised dataset for ``source``, from the on-disk cache when it is there.
 
     Under torch.distributed, rank 0 tokenises and writes the cache while the other ranks wait
-    at a barrier, then they load what rank 0 wrote (a shared filesystem is assumed). The cache
-    key covers the data file (path, size, mtime), tokenizer and settings, so several jobs may
+    at a barrier, then they load what rank 0 wrote. No shared filesystem is assumed: on a
+    node that does not see rank 0's copy (``cache_root`` is node-local, as the staging of
+    object-storage jobs is), the node's local rank 0 tokenises its own while the others wait
+    at a second barrier (tokenising is deterministic: every copy is the same). The cache key
+    covers the data file (path, size, mtime), tokenizer and settings, so several jobs may
     share one ``cache_root``; two writing the same entry at once both succeed, one wins.
     """
     key = _fingerprint(source, cfg, task, tokenizer)
     cache_dir = cache_root / key
-    distributed = dist.is_available() and dist.is_initialized()
-    is_main = not distributed or dist.get_rank() == 0
-    if distributed and not is_main:
-        dist.barrier()  # wait for rank 0 to publish the cache
-    if not (cache_dir / "dataset_info.json").exists():
-        if is_main:
-            raw = _load_raw(source, _required_fields(cfg, task))
-            tokenized = _tokenize(raw, cfg, task, tokenizer, key)
-            tmp = cache_dir.with_name(f"{cache_dir.name}.tmp-{uuid.uuid4().hex}")
-            tokenized.save_to_disk(str(tmp))
-            _publish(tmp, cache_dir)
-        else:
-            raise RuntimeError(f"tokenisation cache {cache_dir} missing after rank 0 wrote it")
-    if distributed and is_main:
-        dist.barrier()
+
+    def build() -> None:
+        raw = _load_raw(source, _required_fields(cfg, task))
+        tokenized = _tokenize(raw, cfg, task, tokenizer, key)
+        tmp = cache_dir.with_name(f"{cache_dir.name}.tmp-{uuid.uuid4().hex}")
+        tokenized.save_to_disk(str(tmp))
+        _publish(tmp, cache_dir)
+
+    def missing() -> bool:
+        return not (cache_dir / "dataset_info.json").exists()
+
+    if not (dist.is_available() and dist.is_initialized()):
+        if missing():
+            build()
+        return datasets.load_from_disk(str(cache_dir))
+    if dist.get_rank() == 0 and missing():
+        build()
+    dist.barrier()  # rank 0's copy is published
+    if missing() and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        build()  # this node cannot see rank 0's disk: its own copy
+    dist.barrier()
+    if missing():
+        raise RuntimeError(f"tokenisation cache {cache_dir} missing after this node wrote it")
     return datasets.load_from_disk(str(cache_dir))
 
 
@@ -124,99 +132,32 @@ def _load_raw(source: DataSource, fields: list[str]) -> datasets.Dataset:
 
 
 def _required_fields(cfg: DataConfig, task: str) -> list[str]:
-    """Columns every row needs, for the original tasks (LM tasks drop empty text rows; the
-    newer tasks in ``trainer_core/tasks`` check their own columns)."""
-    if task == "sequence-classification":
-        named = [cfg.text_field, cfg.text_pair_field, cfg.label_field]
-    elif task == "token-classification":
-        named = [cfg.text_field, cfg.label_field]
-    else:
-        named = []
+    """Columns every row needs (non-null) as the task declares them (``required_fields``);
+    tasks that declare none check their own columns as they encode."""
+    named = [getattr(cfg, name) for name in task_ops(task).required_fields]
     return [f for f in named if f]
 
 
 def _tokenize(
     raw: datasets.Dataset, cfg: DataConfig, task: str, tok: PreTrainedTokenizerBase, key: str
 ) -> datasets.Dataset:
-    """``key`` (our cache key) names the results, so ``datasets`` need not fingerprint the
+    """The task's ``encode`` over every row (language-model tasks first drop empty texts).
+    ``key`` (our cache key) names the results, so ``datasets`` need not fingerprint the
     functions by pickling them with dill (slow, and it prints bytecode inside Ray workers)."""
-    text, pair, label = cfg.text_field, cfg.text_pair_field, cfg.label_field
-    ops = TASK_OPS.get(task)
-    if ops is not None:  # the newer tasks encode themselves (trainer_core/tasks)
-        return raw.map(
-            lambda rows: ops.encode(rows, cfg, tok),
-            batched=True,
-            remove_columns=raw.column_names,
-            desc="tokenising",
-            new_fingerprint=f"{key}-t",
-        )
-    if text not in raw.column_names:
-        raise ValueError(f"data.text_field {text!r} not in the data's columns {raw.column_names}")
-    if task in ("causal-lm", "masked-lm"):
+    ops = task_ops(task)
+    if ops.filter_empty:
+        text = cfg.text_field
+        require_columns(raw.column_names, text_field=text)
         raw = raw.filter(
             lambda row: bool(row[text] and str(row[text]).strip()), new_fingerprint=f"{key}-f"
         )
-
-    def encode(rows: dict[str, list[Any]]) -> dict[str, Any]:
-        if task == "sequence-classification":
-            out = tok(
-                rows[text], rows[pair] if pair else None, truncation=True, max_length=cfg.max_length
-            )
-            out["labels"] = [int(v) for v in rows[label]]  # type: ignore[index]
-            return dict(out)
-        if task == "token-classification":
-            out = tok(
-                rows[text], is_split_into_words=True, truncation=True, max_length=cfg.max_length
-            )
-            out["labels"] = [
-                _align_word_labels(out.word_ids(i), word_labels)
-                for i, word_labels in enumerate(rows[label])  # type: ignore[index]
-            ]
-            return dict(out)
-        if task == "masked-lm":
-            return dict(
-                tok(
-                    rows[text],
-                    truncation=True,
-                    max_length=cfg.max_length,
-                    return_special_tokens_mask=True,
-                )
-            )
-        if cfg.packing:
-            return _pack(tok(rows[text])["input_ids"], tok.eos_token_id, cfg.max_length)
-        return dict(tok(rows[text], truncation=True, max_length=cfg.max_length))
-
     return raw.map(
-        encode,
+        lambda rows: ops.encode(rows, cfg, tok),
         batched=True,
         remove_columns=raw.column_names,
         desc="tokenising",
         new_fingerprint=f"{key}-t",
     )
-
-
-def _align_word_labels(word_ids: list[int | None], word_labels: list[int]) -> list[int]:
-    """Label each word's first sub-token; continuation and special tokens get -100."""
-    labels, previous = [], None
-    for word in word_ids:
-        labels.append(-100 if word is None or word == previous else int(word_labels[word]))
-        previous = word
-    return labels
-
-
-def _pack(ids: list[list[int]], eos: int | None, block: int) -> dict[str, Any]:
-    """Concatenate documents (eos between them) and cut into ``block``-token rows.
-
-    The tail shorter than a block is dropped (as HF's run_clm does) within one map batch.
-    """
-    flat: list[int] = []
-    for doc in ids:
-        flat.extend(doc)
-        if eos is not None:
-            flat.append(eos)
-    n = (len(flat) // block) * block
-    rows = [flat[i : i + block] for i in range(0, n, block)]
-    return {"input_ids": rows, "attention_mask": [[1] * block for _ in rows]}
 
 
 def _fingerprint(
@@ -261,44 +202,13 @@ def _fingerprint(
 # ---------------------------------------------------------------- collators
 
 
-class CausalLMCollator:
-    """Pad to the longest row; labels = input_ids with -100 where ``attention_mask`` is 0.
-
-    Masking by the attention mask (not by ``pad_token_id``) keeps real EOS tokens as
-    targets when the pad token is the EOS token.
-    """
-
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
-        self.tokenizer = tokenizer
-
-    def __call__(self, rows: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        batch = self.tokenizer.pad(
-            [{"input_ids": r["input_ids"]} for r in rows], return_tensors="pt"
-        )
-        labels = batch["input_ids"].clone()
-        labels[batch["attention_mask"] == 0] = -100
-        return {**batch, "labels": labels}
-
-
 def make_collator(
     task: str, tokenizer: PreTrainedTokenizerBase, *, seed: int, model_config: Any = None
 ) -> Collator:
-    """The dynamic-padding collator for ``task``; masked LM draws from a seeded generator.
+    """The dynamic-padding collator of ``task``; one that draws (masked LM) is seeded.
     ``model_config`` (the model's ``PretrainedConfig``): what some tasks' collators read
     (seq2seq's decoder start token, multi-label's label count)."""
-    ops = TASK_OPS.get(task)
-    if ops is not None:
-        return ops.collator(tokenizer, model_config)
-    if task == "sequence-classification":
-        return DataCollatorWithPadding(tokenizer)
-    if task == "token-classification":
-        return DataCollatorForTokenClassification(tokenizer)
-    if task == "masked-lm":
-        collator = DataCollatorForLanguageModeling(tokenizer, mlm=True, seed=seed)
-        # Create the generator now (HF creates it lazily) so a checkpoint can always save it.
-        collator.generator = torch.Generator().manual_seed(seed)
-        return collator
-    return CausalLMCollator(tokenizer)
+    return task_ops(task).collator(tokenizer, model_config, seed)
 
 
 # ---------------------------------------------------------------- batch order

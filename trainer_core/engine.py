@@ -15,10 +15,15 @@ Contract (every implementation):
 - ``clip_and_step(max_grad_norm)`` unscales (fp16), clips the global grad norm across all
   shards/ranks, steps the optimizer, zeroes grads, and returns the pre-clip total norm as a
   0-dim tensor (no host sync inside). The LR scheduler is stepped by the loop, not here.
+  With ``skip`` (the divergence guard), ``skip(norm)`` is asked after the norm is known and
+  before the step: True drops the gradients and leaves parameters and optimizer state as
+  they were (DeepSpeed under ZeRO/mixed precision passes a zero norm: the loss alone decides).
 - ``save(dir)`` / ``load(dir)`` write and read model + optimizer (+ grad scaler) state; sharded
   backends use ``torch.distributed.checkpoint`` so a resume may change world size where the
   strategy allows. Every rank calls both. Scheduler, RNG, data position and step are the
-  checkpoint module's job, not the engine's.
+  checkpoint module's job, not the engine's. ``load(dir, files=...)``: the checkpoint is not
+  all on this node (``trainer_core.fetch``); fetch through ``files`` exactly what the load
+  reads, just before reading it.
 - ``dp_rank`` / ``dp_size``: this rank's place in the data-parallel dimension (TP ranks of one
   group share data); the data sampler shards by these. ``reduce_sum(t)`` all-reduces a tensor
   (e.g. the target-token count of an accumulation window) over the data-parallel group.
@@ -30,11 +35,14 @@ Contract (every implementation):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
 import torch
+
+from trainer_core.fetch import CheckpointFiles
 
 __all__ = ["Engine"]
 
@@ -50,8 +58,10 @@ class Engine(Protocol):
     def forward(self, **batch: Any) -> Any: ...
     def backward(self, loss: torch.Tensor) -> None: ...
     def no_sync(self) -> AbstractContextManager[None]: ...
-    def clip_and_step(self, max_grad_norm: float | None) -> torch.Tensor: ...
+    def clip_and_step(
+        self, max_grad_norm: float | None, skip: Callable[[torch.Tensor], bool] | None = None
+    ) -> torch.Tensor: ...
     def save(self, directory: Path) -> None: ...
-    def load(self, directory: Path) -> None: ...
+    def load(self, directory: Path, files: CheckpointFiles | None = None) -> None: ...
     def reduce_sum(self, t: torch.Tensor) -> torch.Tensor: ...
     def full_state_dict(self) -> dict[str, torch.Tensor]: ...

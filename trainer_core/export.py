@@ -40,7 +40,7 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.config import ModelConfig
 from trainer_core.engine import Engine
 
-__all__ = ["BASE_DIR", "merged_copy", "relocate_adapter", "save_final"]
+__all__ = ["BASE_DIR", "merged_copy", "relocate_adapter", "save_final", "write_model"]
 
 BASE_DIR = "base"  # the unnamed base of an unmerged adapter, inside the final directory
 
@@ -51,19 +51,33 @@ def save_final(
     state = engine.full_state_dict()  # collective for sharded engines; {} off rank 0
     is_main = not (dist.is_available() and dist.is_initialized()) or dist.get_rank() == 0
     if is_main:
-        out.mkdir(parents=True, exist_ok=True)
-        model: Any = engine.unwrapped
-        adapter = cfg.lora or cfg.peft
-        if adapter is not None and adapter.merge_on_save:
-            merged_copy(model, state).save_pretrained(out)
-        else:
-            model.save_pretrained(out, state_dict=state)
-            if adapter is not None and _base_is_unnamed(cfg):
-                base_copy(model, state).save_pretrained(out / BASE_DIR)
-                relocate_adapter(out)
-        tokenizer.save_pretrained(out)
+        write_model(engine.unwrapped, state, tokenizer, cfg, out)
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # no rank reports "done" before the files exist
+    return out
+
+
+def write_model(
+    model: Any,
+    state: dict[str, torch.Tensor],
+    tokenizer: PreTrainedTokenizerBase,
+    cfg: ModelConfig,
+    out: Path,
+) -> Path:
+    """Write ``out`` in the layout above from ``model`` (the unwrapped HF or PEFT model, whole
+    on this process's CPU or device) and its full state dict ``state`` (keys are
+    ``model.state_dict()``'s). One process, no collective: ``save_final``'s rank 0, and
+    ``trainer_core.consolidate`` for a step checkpoint."""
+    out.mkdir(parents=True, exist_ok=True)
+    adapter = cfg.lora or cfg.peft
+    if adapter is not None and adapter.merge_on_save:
+        merged_copy(model, state).save_pretrained(out)
+    else:
+        model.save_pretrained(out, state_dict=state)
+        if adapter is not None and _base_is_unnamed(cfg):
+            base_copy(model, state).save_pretrained(out / BASE_DIR)
+            relocate_adapter(out)
+    tokenizer.save_pretrained(out)
     return out
 
 

@@ -23,10 +23,6 @@ import torch
 import transformers
 from transformers import (
     AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForMaskedLM,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
     AutoTokenizer,
     PretrainedConfig,
     PreTrainedModel,
@@ -34,29 +30,15 @@ from transformers import (
 )
 
 from shunter.jobspec.safety import LOADER_ARGS
-from trainer_core.config import ModelConfig, is_classification, torch_dtype
-from trainer_core.tasks import TASK_OPS
+from trainer_core.config import ModelConfig, torch_dtype
+from trainer_core.tasks import task_ops
 
 __all__ = ["build_model", "build_tokenizer", "model_class"]
-
-_AUTO = {
-    "causal-lm": AutoModelForCausalLM,
-    "sequence-classification": AutoModelForSequenceClassification,
-    "token-classification": AutoModelForTokenClassification,
-    "masked-lm": AutoModelForMaskedLM,
-}
-_PEFT_TASK = {
-    "causal-lm": "CAUSAL_LM",
-    "sequence-classification": "SEQ_CLS",
-    "token-classification": "TOKEN_CLS",
-    "masked-lm": "FEATURE_EXTRACTION",
-}
 
 
 def model_class(task: str) -> Any:
     """The ``AutoModelFor*`` class that loads a final model of ``task``."""
-    ops = TASK_OPS.get(task)
-    return getattr(transformers, ops.auto_class) if ops is not None else _AUTO[task]
+    return getattr(transformers, task_ops(task).auto_class)
 
 
 def build_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
@@ -72,11 +54,7 @@ def build_model(
     cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase, *, seed: int
 ) -> torch.nn.Module:
     auto = model_class(cfg.task)
-    extra: dict[str, Any] = {}
-    if cfg.num_labels is not None and is_classification(cfg.task):
-        extra["num_labels"] = cfg.num_labels
-    if (ops := TASK_OPS.get(cfg.task)) is not None:
-        extra.update(ops.model_kwargs(cfg.num_labels))
+    extra = task_ops(cfg.task).model_kwargs(cfg.num_labels)  # num_labels, problem_type, ...
     if cfg.from_scratch:
         model_config = _scratch_config(cfg, tokenizer, extra)
         torch.manual_seed(seed)  # identical init on every rank; restored RNG takes over later
@@ -148,7 +126,7 @@ def _apply_lora(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
         lora_alpha=cfg.lora.alpha,
         lora_dropout=cfg.lora.dropout,
         target_modules=cfg.lora.target_modules,
-        task_type=ops.peft_task if (ops := TASK_OPS.get(cfg.task)) else _PEFT_TASK[cfg.task],
+        task_type=task_ops(cfg.task).peft_task,
     )
     return get_peft_model(model, lora)
 
@@ -158,7 +136,7 @@ def _apply_adapter(model: PreTrainedModel, cfg: ModelConfig) -> torch.nn.Module:
     from peft import IA3Config, PrefixTuningConfig, get_peft_model
 
     assert cfg.peft is not None
-    task_type = ops.peft_task if (ops := TASK_OPS.get(cfg.task)) else _PEFT_TASK[cfg.task]
+    task_type = task_ops(cfg.task).peft_task
     config: Any
     if cfg.peft.adapter == "ia3":
         config = IA3Config(

@@ -12,10 +12,12 @@ unchanged (metrics always go to our own API first) and then writes the same numb
   ``SHUNTER_MLFLOW_TRACKING_URI``); the spec's sections as flattened params, every metric,
   and at the end the final model directory as the run's ``model`` artifacts.
 
-``finish_trackers(reporter, final_dir)`` logs the final model and closes writers; a no-op for
-a plain reporter. The packages are optional (``pip install shunter[tracking]``): asking for
-a tracker whose package is missing raises ``TrackerMissing`` naming the extra, at start,
-before any step runs.
+``finish_trackers(reporter, final_dir, status)`` logs the final model and closes writers; a
+no-op for a plain reporter. ``train`` calls it on every way out (``finally``); a tracker that
+fails to start closes the ones already opened before the error propagates.
+
+The packages are optional (``pip install shunter[tracking]``): asking for a tracker whose
+package is missing raises ``TrackerMissing`` naming the extra, at start, before any step runs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_core.config import TrainConfig
+from trainer_core.fetch import CheckpointFiles
 from trainer_core.reporter import Reporter
 
 __all__ = ["Tracked", "TrackerMissing", "finish_trackers", "with_trackers"]
@@ -50,9 +53,14 @@ class Tracked:
         if "tensorboard" in report_to:
             self._tb = _tensorboard_writer(output_dir / TENSORBOARD_DIR)
         if "mlflow" in report_to:
-            self._mlflow = _mlflow_module()
-            self._mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "shunter"))
-            self._mlflow.start_run(run_name=output_dir.name)
+            try:
+                mlflow = _mlflow_module()
+                mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME", "shunter"))
+                mlflow.start_run(run_name=output_dir.name)
+            except BaseException:
+                self.finish(None, "FAILED")  # the TensorBoard writer opened above
+                raise
+            self._mlflow = mlflow
 
     def log_params(self, params: dict[str, Any]) -> None:
         if self._mlflow is not None:
@@ -73,19 +81,28 @@ class Tracked:
     def latest_checkpoint(self) -> Path | None:
         return self.inner.latest_checkpoint()
 
+    def checkpoint_files(self, directory: Path) -> CheckpointFiles | None:
+        return self.inner.checkpoint_files(directory)
+
     def __getattr__(self, name: str) -> Any:
         # Optional reporter extras (a stop request, ...) stay visible through the wrapper.
         return getattr(self.inner, name)
 
-    def finish(self, final_dir: Path | None) -> None:
+    def finish(self, final_dir: Path | None, status: str = "FINISHED") -> None:
+        """Close the trackers (idempotent). ``status``: MLflow's run status, FINISHED, FAILED
+        (an exception) or KILLED (stopped for a checkpoint-now request: preemption, pause)."""
         if self._tb is not None:
             self._tb.close()
             self._tb = None
         if self._mlflow is not None:
-            if final_dir is not None and final_dir.is_dir():
-                self._mlflow.log_artifacts(str(final_dir), artifact_path="model")
-            self._mlflow.end_run()
-            self._mlflow = None
+            mlflow, self._mlflow = self._mlflow, None
+            try:
+                if final_dir is not None and final_dir.is_dir():
+                    mlflow.log_artifacts(str(final_dir), artifact_path="model")
+            except BaseException:
+                mlflow.end_run(status="FAILED")  # the run ends even when the upload fails
+                raise
+            mlflow.end_run(status=status)
 
 
 def with_trackers(reporter: Reporter, cfg: TrainConfig, *, rank: int) -> Reporter:
@@ -94,16 +111,23 @@ def with_trackers(reporter: Reporter, cfg: TrainConfig, *, rank: int) -> Reporte
     if not report_to or rank != 0:
         return reporter
     tracked = Tracked(reporter, output_dir=cfg.output_dir, report_to=report_to)
-    tracked.log_params(
-        {name: getattr(cfg, name).model_dump(mode="json") for name in ("model", "data", "training")}
-    )
+    try:
+        tracked.log_params(
+            {
+                name: getattr(cfg, name).model_dump(mode="json")
+                for name in ("model", "data", "training")
+            }
+        )
+    except BaseException:
+        tracked.finish(None, "FAILED")  # the caller never gets it to close
+        raise
     log.info("reporting to %s", ", ".join(report_to))
     return tracked
 
 
-def finish_trackers(reporter: Reporter, final_dir: Path | None) -> None:
+def finish_trackers(reporter: Reporter, final_dir: Path | None, status: str = "FINISHED") -> None:
     if isinstance(reporter, Tracked):
-        reporter.finish(final_dir)
+        reporter.finish(final_dir, status)
 
 
 def _tensorboard_writer(logdir: Path) -> Any:

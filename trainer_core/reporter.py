@@ -22,6 +22,8 @@ from typing import Any, Protocol, TextIO
 import torch
 import torch.distributed as dist
 
+from trainer_core.fetch import CheckpointFiles
+
 __all__ = ["JsonlReporter", "Reporter", "stop_agreed"]
 
 
@@ -38,6 +40,12 @@ class Reporter(Protocol):
         """Why the runner wants a checkpoint now and the run stopped (preempted, paused), or
         ``None``. Called by every rank at every step boundary; only rank 0's answer counts,
         so it must be cheap (no I/O: read a flag a background thread sets)."""
+        ...
+
+    def checkpoint_files(self, directory: Path) -> CheckpointFiles | None:
+        """How to read ``directory``, a checkpoint the runner handed over (the resume point,
+        ``model.init_from``), when its files are not all on this node: each rank fetches
+        what it reads (``trainer_core.fetch``). ``None``: it is all on local disk."""
         ...
 
 
@@ -69,6 +77,9 @@ class JsonlReporter:
 
     def stop_requested(self) -> str | None:
         return None  # torchrun: nobody asks a run to stop early
+
+    def checkpoint_files(self, directory: Path) -> CheckpointFiles | None:
+        return None  # torchrun: checkpoints are on a disk every rank sees
 
 
 _control: dict[int, Any] = {}  # id(default group) -> the gloo group stop flags travel on

@@ -28,10 +28,10 @@ from typing import Any
 from ray.train import Checkpoint, UserCallback
 from ray.train.v2._internal.execution.callback import ReportCallback, WorkerGroupCallback
 
-from service import storage
+import storage
 from worker.internal_api import ApiError, InternalApi
 
-__all__ = ["ApiCallback", "RestartWatch", "checkpoint_step", "dir_bytes", "verify_stored"]
+__all__ = ["ApiCallback", "RestartWatch", "dir_bytes", "verify_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -110,15 +110,6 @@ def verify_stored(uri: str) -> str | None:
     return None
 
 
-def checkpoint_step(path: str | None) -> int:
-    """The step of a ``checkpoint-<step>`` directory (trainer_core's naming); 0 for none."""
-    if not path:
-        return 0
-    name = Path(path).name
-    tail = name.rpartition("-")[2]
-    return int(tail) if name.startswith("checkpoint-") and tail.isdigit() else 0
-
-
 def _lost_rank(errors: dict[int, str]) -> int | None:
     """The rank that died: a dead actor's error wins over the survivors' collateral errors."""
     dead = [r for r, e in errors.items() if "ActorDied" in e or "RayActorError" in e]
@@ -133,7 +124,7 @@ class RestartWatch(ReportCallback, WorkerGroupCallback):
     ) -> None:
         self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
         self._api: InternalApi | None = None
-        self._step = checkpoint_step(resume_from)  # where a new group would resume
+        self._step = storage.checkpoint_step(resume_from)  # where a new group would resume
         self._groups = 0
         self._nodes: dict[int, str] = {}  # world rank -> node IP of the current group
         self._errors: dict[int, str] = {}  # world rank -> "Type: message" seen by polls

@@ -7,6 +7,7 @@ is usually an instance of the original type too and keeps it as ``cause``. We un
 those, then classify each innermost cause by WHERE it arose, not by its type (a ``KeyError``
 in our training loop is our bug; the same ``KeyError`` while reading the user's data is theirs):
 
+0. ``diverged``: the loop's divergence guard gave up (``trainer_core.health.Diverged``).
 1. ``oom`` by nature: torch's ``OutOfMemoryError`` / "CUDA out of memory" / ``MemoryError`` /
    Ray's memory monitor killing a worker.
 2. Errors our code raises on purpose to blame the inputs (``SpecError``, ``DataFileError``,
@@ -32,6 +33,7 @@ __all__ = ["ErrorInfo", "classify", "place_of", "root_causes"]
 _MAX_MESSAGE = 2000
 
 USER, INFRA, INTERNAL = "user_error", "infra_lost", "internal"
+DIVERGED = "diverged"  # trainer_core.health.Diverged: the divergence guard gave up
 
 _OOM_NAMES = frozenset({"OutOfMemoryError", "MemoryError"})
 _OOM_TEXT = ("out of memory", "cuda oom", "cannot allocate memory", "defaultcpuallocator")
@@ -57,6 +59,7 @@ _INFRA_NAMES = frozenset(
         "ObjectLostError",
         "OwnerDiedError",
         "PreemptionError",
+        "WorkerProcessDied",  # worker.warm: the forked training process was killed
     }
 )
 
@@ -157,6 +160,8 @@ def _one(exc: BaseException) -> ErrorInfo:
     names = _mro_names(exc)
     text = str(exc)
     msg = f"{type(exc).__name__}: {text}"[:_MAX_MESSAGE]
+    if "Diverged" in names:  # by name: this module imports no trainer_core (torch)
+        return ErrorInfo(type=DIVERGED, message=msg)
     if names & _OOM_NAMES or any(t in text.lower() for t in _OOM_TEXT):
         return ErrorInfo(type="oom", message=msg)
     if isinstance(exc, _PATH_ERRORS):
@@ -175,7 +180,7 @@ def _one(exc: BaseException) -> ErrorInfo:
 
 # When ranks fail differently, the most specific cause wins (a rank's real OOM or bad path
 # explains the others, which usually die of a broken collective).
-_RANK = {"oom": 0, USER: 1, INTERNAL: 2, INFRA: 3}
+_RANK = {DIVERGED: 0, "oom": 0, USER: 1, INTERNAL: 2, INFRA: 3}
 
 
 def classify(exc: BaseException) -> ErrorInfo:

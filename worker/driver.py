@@ -41,13 +41,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from service import storage
+import storage
 from shunter.jobspec import JobSpec
 from worker.classify import ErrorInfo, classify
 from worker.internal_api import ApiError, AttemptFenced, InternalApi, RetryPolicy
 from worker.log_shipper import LogShipper, flush_installed
 
-__all__ = ["Heartbeat", "build_trainer", "main", "preflight"]
+__all__ = [
+    "Heartbeat",
+    "avoid_nodes_selector",
+    "build_trainer",
+    "main",
+    "preflight",
+    "warm_main",
+]
 
 log = logging.getLogger("worker.driver")
 
@@ -114,6 +121,17 @@ def preflight(spec: JobSpec) -> ErrorInfo | None:
     return None
 
 
+# Ray's built-in per-node label (ray.util.placement_group.NODE_ID_LABEL_KEY).
+_NODE_ID_LABEL = "ray.io/node-id"
+
+
+def avoid_nodes_selector(node_ids: list[str]) -> dict[str, str] | None:
+    """The workers' Ray label selector that keeps them off ``node_ids`` (the nodes the
+    straggler watch cordoned when this attempt asked for its spec), or None."""
+    ids = sorted({n for n in node_ids if n})
+    return {_NODE_ID_LABEL: f"!in({','.join(ids)})"} if ids else None
+
+
 def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
     """The Ray Train trainer for one attempt (``payload`` is the ``GET spec`` reply): a
     data-parallel trainer with the torchrun environment as its backend, so this process and
@@ -172,6 +190,8 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
             "storage_path": posixpath.dirname(base),
             "storage_filesystem": fs,  # carries the endpoint override (self-hosted S3)
         }
+    selector = avoid_nodes_selector(list(payload.get("avoid_nodes") or []))
+    avoid: dict[str, Any] = {"label_selector": selector} if selector else {}
     return ShunterTrainer(
         train_loop_per_worker,
         backend_config=TorchEnvConfig(),
@@ -180,6 +200,9 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
             num_workers=res.num_workers,
             use_gpu=res.gpus_per_worker > 0,
             resources_per_worker=per_worker,
+            # Cordoned nodes (service.jobs.straggler): no worker is placed on them (Ray Train
+            # v2's ScalingConfig, which the launcher turns on; absent when none is cordoned).
+            **avoid,
         ),
         run_config=RunConfig(
             **storage_kw,
@@ -305,6 +328,14 @@ def main() -> int:
     finally:
         shipper.close()
         api.close()
+
+
+def warm_main(channel: Any) -> int:
+    """The driver in a warm process (``worker.launch_driver``): ``main()``'s exit code."""
+    from worker import warm
+
+    warm.payload(channel)
+    return main()
 
 
 if __name__ == "__main__":

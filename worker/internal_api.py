@@ -20,7 +20,9 @@ Exceptions::
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import math
 import random
 import threading
 import time
@@ -40,6 +42,7 @@ __all__ = [
     "MetricsSender",
     "RetryPolicy",
     "StopWatch",
+    "json_safe",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,6 +83,27 @@ class RetryPolicy:
 
 
 _TRANSIENT_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by ``"NaN"``, ``"Infinity"`` or
+    ``"-Infinity"`` (strict JSON has no such numbers; httpx refuses them with "Out of range
+    float values are not JSON compliant", which once failed a diverged job as ``internal``).
+    The API parses those strings back into floats where a number is expected."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return _NON_FINITE[repr(value)]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def _json_header(body: Any) -> dict[str, str] | None:
+    return None if body is None else {"Content-Type": "application/json"}
 
 
 class InternalApi:
@@ -124,7 +148,11 @@ class InternalApi:
         last = ""
         for n in range(1, self._retry.attempts + 1):
             try:
-                r = self._http.request(method, path, json=body, content=content, params=params)
+                if body is not None:  # JSON has no NaN/Infinity: they travel as strings
+                    content = json.dumps(json_safe(body), allow_nan=False).encode()
+                r = self._http.request(
+                    method, path, content=content, params=params, headers=_json_header(body)
+                )
             except httpx.TransportError as e:
                 last = f"{type(e).__name__}: {e}"
             else:
@@ -179,6 +207,16 @@ class InternalApi:
             "resumed_from_step": resumed_from_step,
         }
         self.request("POST", "restarts", body)
+
+    def phase(self, phase: str, at: datetime) -> None:
+        """Rank 0 reached a start-up phase (``service.jobs.phases``) at ``at``."""
+        self.request("POST", "phases", {"phase": phase, "time": at.isoformat()})
+
+    def worker(self, *, rank: int, pid: int, node_id: str, node_ip: str) -> None:
+        """This rank's process and node, for the service's stack dumps of a hung job."""
+        self.request(
+            "POST", "workers", {"rank": rank, "pid": pid, "node_id": node_id, "node_ip": node_ip}
+        )
 
     def metrics(self, points: list[dict[str, Any]], progress: dict[str, Any] | None = None) -> None:
         self.request("POST", "metrics", {"points": points, "progress": progress})
@@ -251,6 +289,24 @@ class MetricsSender:
     def pending(self) -> int:
         with self._cv:
             return len(self._buf)
+
+    def pending_points(self) -> list[dict[str, Any]]:
+        """A copy of the points not yet acknowledged by the API (for the reporter's spool)."""
+        with self._cv:
+            return [dict(point) for _, point in self._buf]
+
+    def put_points(self, points: list[dict[str, Any]]) -> None:
+        """Queue points as they were (step, name, value, time): a spool left by an earlier
+        attempt. ``value`` may be a float or its ``json_safe`` string."""
+        with self._cv:
+            for point in points:
+                if len(self._buf) == self._buf.maxlen:
+                    self.dropped += 1
+                self._seq += 1
+                value = point["value"]
+                value = float(value)  # "NaN"/"Infinity" strings read back as floats
+                self._buf.append((self._seq, {**point, "value": value}))
+            self._cv.notify()
 
     def _take(self) -> tuple[int, list[dict[str, Any]], dict[str, Any] | None]:
         n = min(self._batch_size, len(self._buf))

@@ -19,11 +19,12 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from service import storage
+import storage
+from shunter.wire import PROBE_PREFIX
 
 __all__ = ["PREFIX", "probe"]
 
-PREFIX = "shunter-probe:"
+PREFIX = PROBE_PREFIX
 
 
 def _storage(path: str) -> dict[str, Any]:

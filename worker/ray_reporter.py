@@ -16,17 +16,36 @@
 - ``latest_checkpoint()``: Ray's newest committed checkpoint of this run (after a worker-group
   restart), else the attempt's ``resume_from`` (the newest verified checkpoint of an earlier
   attempt, handed over by the API), else None.
+- The metrics spool (rank 0, a checkpoint on a shared filesystem): before flushing at a
+  checkpoint, the points the API has not acknowledged are written to
+  ``<output_dir>/metrics-spool.jsonl``; a successful flush deletes it. If the service (and
+  with it the Ray head and this worker) dies during that flush, the checkpoint is on disk
+  but its last points are not in the API, and the next attempt resumes after them: that
+  attempt's rank 0 finds the spool and sends its points first (the API ignores any it already
+  has). This is how a ``shunter serve`` SIGKILL mid-job once lost 3 of 40 loss points.
+- Start-up phases (rank 0, ``worker.phases``): the first ``latest_checkpoint()`` call is
+  ``model_built`` (trainer_core asks once model, data and engine are built, before resuming);
+  the first ``report`` is ``first_step``.
+- ``checkpoint_files(dir)``: a checkpoint ``worker.staging.localize`` made a node-local view
+  of (object storage) is read through this node's cache, each rank fetching what it reads.
 - ``stop_requested()``: rank 0's ``StopWatch`` (heartbeat polling) says whether the API asked
   this attempt to checkpoint now (preemption, pause); the loop broadcasts rank 0's answer.
+- Ray itself is reached only through ``ray`` (``worker.ray_side``): in the Ray worker process,
+  or relayed to it from a warm training process (``worker.warm``), which never imports Ray.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
-from worker.internal_api import MetricsSender, StopWatch
+from trainer_core.fetch import CheckpointFiles
+from worker.internal_api import MetricsSender, StopWatch, json_safe
+from worker.phases import PhaseSender
+from worker.ray_side import InProcessRay, RaySide
 
 __all__ = ["RayReporter"]
 
@@ -44,8 +63,13 @@ class RayReporter:
         stop_watch: StopWatch | None = None,
         upload: bool = False,
         local_rank: int = 0,
+        spool: Path | None = None,
+        phases: PhaseSender | None = None,
+        ray: RaySide | None = None,
     ) -> None:
         self.rank = rank
+        self._ray: RaySide = ray if ray is not None else InProcessRay()
+        self._phases = phases  # rank 0 only
         # Object storage: the checkpoint is in node-local staging and Ray Train uploads it.
         self._upload = upload
         self._local_rank = local_rank
@@ -53,10 +77,40 @@ class RayReporter:
         self._stop_watch = stop_watch  # rank 0 only
         self._resume_from = resume_from
         self.total_steps = total_steps
+        self.flush_timeout_s = 10.0  # the bounded wait for the API at each checkpoint
+        self._spool = spool if sender is not None else None
+        if self._spool is not None and self._spool.exists():
+            self._replay_spool(self._spool)
+
+    def _replay_spool(self, spool: Path) -> None:
+        assert self._sender is not None
+        points = []
+        for line in spool.read_text().splitlines():
+            try:
+                points.append(json.loads(line))
+            except json.JSONDecodeError:
+                break  # a torn last line: the rest was never acknowledged either way
+        log.info("re-sending %d metric points an earlier attempt spooled", len(points))
+        self._sender.put_points(points)
+        if self._sender.flush(timeout_s=30.0):
+            spool.unlink(missing_ok=True)
+
+    def _write_spool(self, spool: Path) -> None:
+        assert self._sender is not None
+        points = self._sender.pending_points()
+        tmp = spool.with_name(spool.name + ".tmp")
+        with open(tmp, "w") as fh:
+            for point in points:
+                fh.write(json.dumps(json_safe(point), allow_nan=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, spool)  # atomic: a reader sees the old spool or the new one
 
     def report(
         self, step: int, metrics: dict[str, float], checkpoint_dir: Path | None = None
     ) -> None:
+        if self._phases is not None:
+            self._phases.mark("first_step")
         if self._sender is not None:
             epoch = metrics.get("epoch")
             progress: dict[str, Any] = {"step": step, "total_steps": self.total_steps}
@@ -66,46 +120,42 @@ class RayReporter:
             if self._sender.fenced.is_set():
                 raise RuntimeError("attempt fenced by the API (409): stopping this run")
         if checkpoint_dir is not None:
-            if self._sender is not None and not self._sender.flush(timeout_s=10.0):
-                log.warning("metrics up to step %d not yet delivered; going on", step)
-            import ray.train
-            from ray.train import CheckpointUploadMode
-
-            if not self._upload:
-                ray.train.report(
-                    {**metrics, "step": step},
-                    checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir)),
-                    checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
-                )
-                return
-            # One upload per node (its ranks share the staging dir); Ray merges the nodes'
-            # files into <run dir>/checkpoint-<step>. The local copy stays: trainer_core
-            # prunes it and may load it as the best checkpoint at the end.
-            mine = self._local_rank == 0
-            ray.train.report(
+            if self._spool is not None:
+                self._write_spool(self._spool)
+            if self._sender is not None and not self._sender.flush(self.flush_timeout_s):
+                log.warning("metrics up to step %d not yet delivered (spooled); going on", step)
+            elif self._spool is not None:
+                self._spool.unlink(missing_ok=True)
+            self._ray.report(
                 {**metrics, "step": step},
-                checkpoint=ray.train.Checkpoint.from_directory(str(checkpoint_dir))
-                if mine
-                else None,
-                checkpoint_dir_name=checkpoint_dir.name,
-                checkpoint_upload_mode=CheckpointUploadMode.SYNC,
-                delete_local_checkpoint_after_upload=False,
+                str(checkpoint_dir),
+                upload=self._upload,
+                local_rank=self._local_rank,
             )
 
     def latest_checkpoint(self) -> Path | None:
-        import ray.train
-
+        if self._phases is not None:
+            self._phases.mark("model_built")
         # On object storage Ray's checkpoint is in the bucket; train_fn has already put a
         # local copy of it in ``resume_from``.
-        ckpt = None if self._upload else ray.train.get_checkpoint()
+        ckpt = None if self._upload else self._ray.checkpoint(as_uri=False)
         if ckpt is not None:
-            return Path(ckpt.path)
+            return Path(ckpt)
         return Path(self._resume_from) if self._resume_from else None
 
     def stop_requested(self) -> str | None:
         return self._stop_watch.reason if self._stop_watch is not None else None
 
+    def checkpoint_files(self, directory: Path) -> CheckpointFiles | None:
+        # A checkpoint train_fn localized from the bucket (resume point, init_from) is read
+        # through this node's cache; this attempt's own checkpoints are on local disk.
+        from worker.staging import cached
+
+        return cached(directory)
+
     def close(self) -> None:
+        if self._phases is not None:
+            self._phases.close()
         if self._stop_watch is not None:
             self._stop_watch.close()
         if self._sender is not None:

@@ -4,14 +4,20 @@ Imported by the workers from our source tree (``PYTHONPATH`` set by the launcher
 function is pickled by reference, not by value. Heavy libraries load here, in the worker,
 never in the driver's import path.
 
+The training itself (``run_training``) runs in a warm process: a child of the node's ``train``
+template (``worker.warm``), which has torch, transformers, datasets and trainer_core imported
+already; the Ray worker answers its Ray calls (``worker.ray_side``) until it ends, and raises
+what it raised. With ``SHUNTER_WARM_WORKERS=0``, or when no child can be had, it runs here.
+
 Rank 0 writes ``<output_dir>/shunter_result.json`` (final model dir, steps) after training, on
 the shared storage the driver reads; Ray Train v2 does not return the function's value.
 
 On object storage (``config["storage_uri"]`` set) ``output_dir`` is a node-local staging
 directory (``worker.staging``): a checkpoint to resume from (Ray's newest of this run, else the
-attempt's ``resume_from``) and a ``model.init_from`` checkpoint are downloaded into it first;
-checkpoints are uploaded by Ray Train as they are reported (``RayReporter``); rank 0 uploads
-the final model to ``<storage_uri>/final`` and writes the result there, naming its URI.
+attempt's ``resume_from``) and a ``model.init_from`` checkpoint get a node-local view there
+(their manifests), through which each rank fetches only what it reads; checkpoints are
+uploaded by Ray Train as they are reported (``RayReporter``); rank 0 uploads the final model
+to ``<storage_uri>/final`` and writes the result there, naming its URI.
 """
 
 from __future__ import annotations
@@ -20,9 +26,12 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["RESULT_FILE", "train_loop_per_worker"]
+if TYPE_CHECKING:
+    from worker.ray_side import RaySide, WorkerContext
+
+__all__ = ["RESULT_FILE", "run_training", "train_loop_per_worker", "warm_main"]
 
 RESULT_FILE = "shunter_result.json"
 
@@ -39,48 +48,94 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+SPOOL_NAME = "metrics-spool.jsonl"  # worker.ray_reporter: points a checkpoint ran ahead of
+
+
 def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """``config``: ``{"spec": JobSpec dict, "output_dir": str, "resume_from": str | None,
-    "total_steps": int | None, "cache_dir": str | None}``."""
+    """What Ray Train runs in each worker. ``config``: ``{"spec": JobSpec dict, "output_dir":
+    str, "resume_from": str | None, "total_steps": int | None, "cache_dir": str | None}``.
+
+    Trains in a warm process forked for this worker (``worker.warm``), answering its Ray
+    calls here, or, when warm processes are off or unavailable, in this process."""
     import logging
     import time
 
     t0 = time.time()
+    from worker import warm
+    from worker.ray_side import InProcessRay, worker_context
+
+    ctx = worker_context()
+    print(
+        f"shunter: rank {ctx.rank} entered the training function at {t0:.3f}; imports took "
+        f"{time.time() - t0:.1f}s",
+        flush=True,
+    )
+    ray_side = InProcessRay()
+    if warm.enabled("train"):
+        try:
+            child = warm.spawn(
+                "train",
+                "worker.train_fn:warm_main",
+                modules=warm.TEMPLATES["train"],
+                watch_pid=warm.find_raylet(),  # the zygote lives as long as the node's raylet
+                idle_s=float(os.environ.get("SHUNTER_WARM_IDLE_S", "900")),
+            )
+        except warm.WarmUnavailable as e:
+            logging.getLogger(__name__).warning("rank %d trains in-process: %s", ctx.rank, e)
+        else:
+            print(f"shunter: rank {ctx.rank} trains in warm process {child.pid}", flush=True)
+            warm.serve(child, ray_side.answer, payload=(config, ctx, t0))
+            return
+    run_training(config, ctx, ray_side, t0)
+
+
+def warm_main(channel: Any) -> None:
+    """A warm child's target (``worker.warm``): train with Ray calls relayed to the worker."""
+    from worker import warm
+    from worker.ray_side import RelayedRay
+
+    config, ctx, t0 = warm.payload(channel)
+    run_training(config, ctx, RelayedRay(channel), t0)
+
+
+def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: float) -> None:
+    """One rank's training, wherever it runs; ``t0``: when the Ray worker entered the
+    training function (rank 0's ``workers_up``)."""
+    import logging
+    from datetime import UTC, datetime
+
     # trainer_core logs resume points and checkpoint problems at INFO; Ray's default is WARNING.
     logging.getLogger("trainer_core").setLevel(logging.INFO)
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
-    import ray.train
-
     from shunter.jobspec import JobSpec
     from trainer_core import train
     from trainer_core.config import TrainConfig
     from worker.internal_api import InternalApi, MetricsSender, StopWatch
+    from worker.phases import PhaseSender
     from worker.ray_reporter import RayReporter
 
-    rank = ray.train.get_context().get_world_rank()
-    print(
-        f"shunter: rank {rank} entered the training function at {t0:.3f}; imports took "
-        f"{time.time() - t0:.1f}s",
-        flush=True,
+    rank = ctx.rank
+    sender = stop_watch = phases = None
+    api = InternalApi(
+        api_url=os.environ["SHUNTER_API_URL"],
+        token=os.environ["SHUNTER_ATTEMPT_TOKEN"],
+        job_id=os.environ["SHUNTER_JOB_ID"],
+        attempt=int(os.environ["SHUNTER_ATTEMPT"]),
     )
-    sender = stop_watch = None
+    _report_worker(api, ctx)
     if rank == 0:
-        api = InternalApi(
-            api_url=os.environ["SHUNTER_API_URL"],
-            token=os.environ["SHUNTER_ATTEMPT_TOKEN"],
-            job_id=os.environ["SHUNTER_JOB_ID"],
-            attempt=int(os.environ["SHUNTER_ATTEMPT"]),
-        )
         sender = MetricsSender(api)
+        phases = PhaseSender(api)  # start-up phases, measured from this function's entry
+        phases.mark("workers_up", datetime.fromtimestamp(t0, UTC))
         # Checkpoint-now requests (preemption, pause) arrive in heartbeat replies.
         stop_watch = StopWatch(api, interval_s=float(os.environ.get("SHUNTER_STOP_POLL_S", "2")))
     cache_dir = config.get("cache_dir")
     storage_uri: str | None = config.get("storage_uri")
-    local_rank = ray.train.get_context().get_local_rank()
+    local_rank = ctx.local_rank
     spec_doc, resume_from = config["spec"], config.get("resume_from")
     if storage_uri:
-        spec_doc, resume_from = _localized(config, local_rank=local_rank)
+        spec_doc, resume_from = _localized(config, ray, local_rank=local_rank)
     cfg = TrainConfig.from_spec(
         JobSpec.model_validate(spec_doc),  # validated at submit; typed from here on
         output_dir=config["output_dir"],
@@ -94,6 +149,10 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         stop_watch=stop_watch,
         upload=bool(storage_uri),
         local_rank=local_rank,
+        # A shared filesystem only: on object storage output_dir is node-local staging.
+        spool=None if storage_uri else Path(config["output_dir"]) / SPOOL_NAME,
+        phases=phases,
+        ray=ray,
     )
     try:
         result = train(cfg, reporter)
@@ -101,7 +160,12 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         reporter.close()
     if storage_uri:
         _publish(
-            result, rank=rank, local_rank=local_rank, storage_uri=storage_uri, stage=cfg.output_dir
+            result,
+            ray,
+            rank=rank,
+            local_rank=local_rank,
+            storage_uri=storage_uri,
+            stage=cfg.output_dir,
         )
     elif rank == 0:
         out = Path(config["output_dir"]) / RESULT_FILE
@@ -110,16 +174,27 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         tmp.replace(out)
 
 
-def _localized(config: dict[str, Any], *, local_rank: int) -> tuple[dict[str, Any], str | None]:
-    """The spec and resume point with object-storage checkpoints replaced by local copies."""
-    import ray.train
+def _report_worker(api: Any, ctx: WorkerContext) -> None:
+    """Tell the service where this rank's training process is (its hang watch dumps its
+    stacks there). Best effort: a lost report costs only that rank's stacks, never the run."""
+    import logging
 
-    from service import storage
+    try:
+        api.worker(rank=ctx.rank, pid=os.getpid(), node_id=ctx.node_id, node_ip=ctx.node_ip)
+    except Exception as e:  # the API unreachable or fenced: training goes on
+        logging.getLogger(__name__).warning("rank %d could not report its process: %s", ctx.rank, e)
+
+
+def _localized(
+    config: dict[str, Any], ray: RaySide, *, local_rank: int
+) -> tuple[dict[str, Any], str | None]:
+    """The spec and resume point with object-storage checkpoints replaced by local copies."""
+    import storage
     from worker.staging import localize
 
     stage = Path(config["output_dir"])
-    ckpt = ray.train.get_checkpoint()  # Ray's newest of this run (a worker-group restart)
-    start = storage.to_uri(ckpt.filesystem, ckpt.path) if ckpt else config.get("resume_from")
+    # Ray's newest of this run (a worker-group restart), else the attempt's resume point.
+    start = ray.checkpoint(as_uri=True) or config.get("resume_from")
     resume_from = str(localize(start, stage / "resume", local_rank=local_rank)) if start else None
     spec = config["spec"]
     init = (spec.get("model") or {}).get("init_from")
@@ -129,14 +204,14 @@ def _localized(config: dict[str, Any], *, local_rank: int) -> tuple[dict[str, An
     return spec, resume_from
 
 
-def _publish(result: Any, *, rank: int, local_rank: int, storage_uri: str, stage: Path) -> None:
+def _publish(
+    result: Any, ray: RaySide, *, rank: int, local_rank: int, storage_uri: str, stage: Path
+) -> None:
     """Object storage: rank 0 uploads the final model and the result; then, once every rank
     is past that (a report is a barrier), each node's local rank 0 removes its staging dir."""
     import shutil
 
-    import ray.train
-
-    from service import storage
+    import storage
 
     if rank == 0:
         doc = _jsonable(result)
@@ -145,6 +220,6 @@ def _publish(result: Any, *, rank: int, local_rank: int, storage_uri: str, stage
             storage.upload_dir(result.final_model_dir, final_uri)
             doc["final_model_dir"] = final_uri
         storage.write_bytes(storage.join(storage_uri, RESULT_FILE), json.dumps(doc).encode())
-    ray.train.report({"step": int(result.global_step)})
+    ray.report({"step": int(result.global_step)})
     if local_rank == 0:
         shutil.rmtree(stage, ignore_errors=True)

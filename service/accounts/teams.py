@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import or_, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, hash_token, new_token, new_token_id, require_admin
+from service.accounts.budgets import apply_budget, budget_read, usage_seconds
 from service.db.engine import Database
-from service.db.models import Attempt, Job, Team, Token, utcnow_py
+from service.db.models import Team, Token, utcnow_py
 from service.errors import Conflict, NotFound, Unprocessable
 from service.schemas import (
     Quota,
@@ -36,12 +37,8 @@ __all__ = [
 ]
 
 
-def _utc(t: datetime) -> datetime:
-    """SQLite returns naive datetimes; they are UTC."""
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
-def _team_read(t: Team) -> TeamRead:
+def _team_read(t: Team, session: Session | None = None) -> TeamRead:
+    """The team; with a session, its budget and the current period's use too."""
     quota = None
     if t.max_gpus is not None or t.max_cpus is not None or t.max_running_jobs is not None:
         quota = Quota(max_gpus=t.max_gpus, max_cpus=t.max_cpus, max_running_jobs=t.max_running_jobs)
@@ -51,6 +48,7 @@ def _team_read(t: Team) -> TeamRead:
         weight=t.weight,
         max_priority=t.max_priority,
         created_at=t.created_at,
+        budget=None if session is None else budget_read(session, t, now=datetime.now(UTC)),
     )
 
 
@@ -81,8 +79,9 @@ def create_team(db: Database, *, principal: Principal, body: TeamCreate) -> Team
 
 
 def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch) -> TeamRead:
-    """Change a team's weight, quota fields and max_priority (admin); the scheduler reads
-    teams every tick, so the change applies on its next tick."""
+    """Change a team's weight, quota fields, max_priority and budget (admin); the scheduler
+    reads teams every tick, so the change applies on its next tick; a budget applies to the
+    next submit."""
     require_admin(principal)
 
     def _patch(session: Session) -> TeamRead:
@@ -96,8 +95,10 @@ def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch
         if body.quota is not None:
             for field in body.quota.model_fields_set:  # null = unlimited
                 setattr(team, field, getattr(body.quota, field))
+        if "budget" in body.model_fields_set:  # null removes it
+            apply_budget(team, body.budget, now=datetime.now(UTC))
         session.flush()
-        return _team_read(team)
+        return _team_read(team, session)
 
     return db.write(_patch)
 
@@ -105,42 +106,23 @@ def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch
 def team_usage(
     session: Session, *, principal: Principal, name: str, since: datetime | None, until: datetime
 ) -> TeamUsageRead:
-    """GPU- and CPU-seconds the team's attempts held in [since, until] (default: all time).
-    Members and viewers see only their own team."""
+    """GPU- and CPU-seconds the team's attempts held in [since, until] (default: all time),
+    and its budget's current period (used and left). Members and viewers see only their own
+    team."""
     team = session.get(Team, name)
     if not principal.sees_team(name) or team is None:
         raise NotFound(f"team {name!r} not found")
     start = since or datetime(1970, 1, 1, tzinfo=UTC)
-    rows = session.execute(
-        select(
-            Attempt.started_at,
-            Attempt.ended_at,
-            Job.num_workers,
-            Job.cpus_per_worker,
-            Job.gpus_per_worker,
-        )
-        .join(Job, Job.id == Attempt.job_id)
-        .where(
-            Job.team == name,
-            Attempt.started_at < until,
-            or_(Attempt.ended_at.is_(None), Attempt.ended_at > start),
-        )
-    ).all()
-    gpu_s = cpu_s = 0.0
-    for started, ended, workers, cpw, gpw in rows:
-        lo = max(_utc(started), start)
-        hi = min(_utc(ended) if ended is not None else until, until)
-        seconds = max((hi - lo).total_seconds(), 0.0)
-        gpu_s += seconds * workers * gpw
-        cpu_s += seconds * workers * cpw
+    gpu_s, cpu_s, attempts = usage_seconds(session, team=name, since=start, until=until)
     return TeamUsageRead(
         team=name,
         since=start,
         until=until,
         gpu_seconds=round(gpu_s, 3),
         cpu_seconds=round(cpu_s, 3),
-        attempts=len(rows),
+        attempts=attempts,
         owed_share_seconds=round(team.owed_s, 3),
+        budget=budget_read(session, team, now=until),
     )
 
 
@@ -148,7 +130,7 @@ def list_teams(session: Session, *, principal: Principal) -> TeamsPage:
     q = select(Team).order_by(Team.name)
     if not principal.is_admin:
         q = q.where(Team.name == principal.team)
-    return TeamsPage(data=[_team_read(t) for t in session.execute(q).scalars()])
+    return TeamsPage(data=[_team_read(t, session) for t in session.execute(q).scalars()])
 
 
 def issue_token(db: Database, *, principal: Principal, body: TokenCreate) -> TokenCreated:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -44,7 +44,24 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         )
         _configure_sqlite(engine)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+    return create_engine(
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=True,
+        connect_args=_pg_utc(url),
+    )
+
+
+def _pg_utc(url: str) -> dict[str, str]:
+    """PostgreSQL connection options with the session time zone UTC, whatever the server's
+    default: times come back as ``datetime.timezone.utc`` (the store is UTC; psycopg would
+    otherwise attach a ``ZoneInfo`` of the server's zone, slower in every comparison and
+    ``timestamp()`` of the hot paths). Keeps the URL's own ``options`` (a search_path)."""
+    options = make_url(url).query.get("options")
+    if isinstance(options, tuple):
+        options = " ".join(options)
+    return {"options": f"{options} -c TimeZone=UTC" if options else "-c TimeZone=UTC"}
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -123,7 +140,11 @@ class Database:
             # BEGIN/ROLLBACK round trips) and no pre-ping (a third round trip); a connection
             # the server dropped is retried instead (read_core), which a read may always be.
             self._single_engine = create_engine(
-                url, pool_size=4, max_overflow=pool_size, isolation_level="AUTOCOMMIT"
+                url,
+                pool_size=4,
+                max_overflow=pool_size,
+                isolation_level="AUTOCOMMIT",
+                connect_args=_pg_utc(url),
             ).execution_options(**{_SINGLE_OPTION: True})
         self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
         # Public for the scheduler: ``with db.write_sessions.begin() as s: ...``.

@@ -30,22 +30,28 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from shunter.jobspec.vocab import JOB_STATUSES, PRIORITIES
+from shunter.jobspec.vocab import JOB_STATUSES, PRIORITIES, WEBHOOK_EVENT_TYPES
 
 __all__ = [
     "ACTIVE",
     "ATTEMPT_STATUSES",
+    "BUDGET_MODES",
+    "BUDGET_PERIODS",
+    "DELIVERY_STATUSES",
     "JOB_STATUSES",
     "PRIORITIES",
     "ROLES",
     "STOP_CAUSES",
+    "SWEEP_STATUSES",
     "Attempt",
     "AuditLog",
     "Base",
+    "ChangeCounter",
     "Checkpoint",
     "Event",
     "File",
@@ -54,9 +60,13 @@ __all__ = [
     "Job",
     "MetricPoint",
     "SchedulerLease",
+    "Sweep",
+    "SweepTrial",
     "Team",
     "TeamDataRoot",
     "Token",
+    "WebhookDelivery",
+    "WebhookEndpoint",
     "utcnow_py",
 ]
 
@@ -65,10 +75,14 @@ __all__ = [
 # copies: a migration is history and must not change when this list does.
 # preempted: checkpointed and stopped on request (preemption or pause); not a failure.
 ATTEMPT_STATUSES = ("active", "succeeded", "failed", "cancelled", "lost", "preempted")
-STOP_CAUSES = ("preempt", "pause")
+STOP_CAUSES = ("preempt", "pause", "prune")  # prune: a sweep's pruner stopped the trial
+BUDGET_PERIODS = ("week", "month")
+BUDGET_MODES = ("hard", "soft")  # soft: past the budget, new jobs queue at ``low``
+SWEEP_STATUSES = ("running", "succeeded", "cancelled", "failed")
 ACTIVE = "active"
 ROLES = ("admin", "member", "viewer")
 FILE_PURPOSES = ("fine-tune",)
+DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 NAMING = {
     "ix": "ix_%(column_0_label)s",
@@ -112,7 +126,15 @@ class AuditLog(Base):
 
 class Team(Base):
     __tablename__ = "teams"
-    __table_args__ = (CheckConstraint(_in("max_priority", PRIORITIES), name="max_priority"),)
+    __table_args__ = (
+        CheckConstraint(_in("max_priority", PRIORITIES), name="max_priority"),
+        CheckConstraint(
+            f"budget_period IS NULL OR {_in('budget_period', BUDGET_PERIODS)}", name="budget_period"
+        ),
+        CheckConstraint(
+            f"budget_mode IS NULL OR {_in('budget_mode', BUDGET_MODES)}", name="budget_mode"
+        ),
+    )
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     weight: Mapped[float] = mapped_column(Float, default=1.0)
@@ -127,6 +149,13 @@ class Team(Base):
     # by the scheduler leader each tick (``service.scheduler.owed``).
     owed_s: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     owed_at: Mapped[datetime | None] = mapped_column()
+    # Budget (``service.accounts.budgets``): resource-hours per period, counted from
+    # ``budget_starts``; a limit left None is not limited. No period = no budget.
+    budget_gpu_hours: Mapped[float | None] = mapped_column(Float)
+    budget_cpu_hours: Mapped[float | None] = mapped_column(Float)
+    budget_period: Mapped[str | None] = mapped_column(String(8))
+    budget_starts: Mapped[datetime | None] = mapped_column()
+    budget_mode: Mapped[str | None] = mapped_column(String(8))
 
 
 class TeamDataRoot(Base):
@@ -141,6 +170,16 @@ class TeamDataRoot(Base):
     path: Mapped[str] = mapped_column(String(4096), primary_key=True)
     created_by: Mapped[str | None] = mapped_column(String(127))
     created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class ChangeCounter(Base):
+    """SQLite's change counter (row ``changes``): the triggers of migration 0017 bump it and
+    stamp each written job or attempt with it. Unused on PostgreSQL (transaction ids)."""
+
+    __tablename__ = "change_counters"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
 
 
 class SchedulerLease(Base):
@@ -181,6 +220,7 @@ class Job(Base):
         Index("ix_jobs_status_created", "status", "created_at"),
         Index("ix_jobs_status_queue_position", "status", "queue_position"),
         Index("ix_jobs_status_priority", "status", "priority"),
+        Index("ix_jobs_change_seq", "change_seq"),
     )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "job-<sortable>"
@@ -216,8 +256,16 @@ class Job(Base):
     queue_position: Mapped[int | None] = mapped_column(Integer)
     estimated_start_at: Mapped[datetime | None] = mapped_column()
     estimated_end_at: Mapped[datetime | None] = mapped_column()
+    # When the scheduler last computed the position, reason and ETA of this queued job, and
+    # whether the last tick did not reach it (past SHUNTER_SCHEDULER_MAX_PLAN_DEPTH: it keeps
+    # its last values until a later tick does).
+    estimated_at: Mapped[datetime | None] = mapped_column()
+    queue_stale: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Ray Train worker-group restarts inside the current attempt (what max_restarts bounds).
     restarts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Set by a trigger on every insert and update (migration 0017): the scheduler's snapshot
+    # re-reads only the rows changed since its last read (``service.scheduler.changes``).
+    change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Attempt(Base):
@@ -237,6 +285,7 @@ class Attempt(Base):
             postgresql_where=text("status = 'active'"),
         ),
         Index("ix_attempts_status_lease", "status", "lease_expires_at"),
+        Index("ix_attempts_change_seq", "change_seq"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -253,6 +302,9 @@ class Attempt(Base):
     stop_requested_at: Mapped[datetime | None] = mapped_column()
     stop_cause: Mapped[str | None] = mapped_column(String(16))
     stop_detail: Mapped[str | None] = mapped_column(Text)
+    # Set by a trigger when a column the scheduler's snapshot reads changes (not on lease
+    # renewals): ``service.scheduler.changes``.
+    change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class Event(Base):
@@ -353,3 +405,133 @@ class FineTuningJob(Base):
     hyperparameters: Mapped[dict[str, Any]] = mapped_column()  # resolved n_epochs, batch, lr x
     user_metadata: Mapped[dict[str, Any] | None] = mapped_column()  # OpenAI's ``metadata``
     seed: Mapped[int] = mapped_column(BigInteger)
+
+
+class Sweep(Base):
+    """A hyperparameter sweep (``service.sweeps``): its definition as submitted (space,
+    objective, sampler, pruner, budget; ``definition``), the validated base spec, and its
+    state. Its trials are ordinary jobs of ``team`` (``SweepTrial``)."""
+
+    __tablename__ = "sweeps"
+    __table_args__ = (
+        CheckConstraint(_in("status", SWEEP_STATUSES), name="status"),
+        Index("ix_sweeps_team_id", "team", "id"),
+        Index("ix_sweeps_status", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "swp-<sortable>"
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    name: Mapped[str] = mapped_column(String(63))
+    status: Mapped[str] = mapped_column(String(16))
+    definition: Mapped[dict[str, Any]] = mapped_column()
+    base: Mapped[dict[str, Any]] = mapped_column()  # the base spec as submitted (pass 1 ok)
+    max_trials: Mapped[int] = mapped_column(Integer)
+    max_parallel: Mapped[int] = mapped_column(Integer)
+    seed: Mapped[int] = mapped_column(BigInteger)  # the sampler's seed
+    message: Mapped[str] = mapped_column(Text, default="", server_default="")
+    created_by: Mapped[str | None] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class SweepTrial(Base):
+    """One trial: its number in the sweep, its job, and the parameters sampled for it.
+    Written in the same transaction as the job, so a trial is never sampled twice or lost;
+    ``params_sha256`` (unique per sweep) makes a duplicate sample impossible."""
+
+    __tablename__ = "sweep_trials"
+    __table_args__ = (UniqueConstraint("sweep_id", "params_sha256", name="uq_sweep_trials_params"),)
+
+    sweep_id: Mapped[str] = mapped_column(
+        ForeignKey("sweeps.id", ondelete="CASCADE"), primary_key=True
+    )
+    number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), unique=True)
+    params: Mapped[dict[str, Any]] = mapped_column()
+    params_sha256: Mapped[str] = mapped_column(String(64))
+    # Optuna's per-trial system attributes (a grid sampler's grid id, ASHA's completed
+    # rungs): the studies are rebuilt from these rows each pass (``service.sweeps.study``).
+    optuna_attrs: Mapped[dict[str, Any]] = mapped_column()
+    checked_step: Mapped[int | None] = mapped_column(BigInteger)  # pruner has seen up to here
+    pruned_at_step: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class WebhookEndpoint(Base):
+    """A team's webhook receiver (``service.webhooks``). ``events``: the types it gets for
+    every job of the team (a job's ``notify:`` adds types for that job). ``secret`` signs;
+    after a rotation ``previous_secret`` signs too until ``previous_secret_until``. A 410 or
+    a long run of failures disables it (``disabled_at``, ``disabled_reason``)."""
+
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (UniqueConstraint("team", "url", name="uq_webhook_endpoints_team_url"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "whe_<hex>"
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name", ondelete="CASCADE"))
+    url: Mapped[str] = mapped_column(String(2048))
+    description: Mapped[str] = mapped_column(String(255), default="")
+    events: Mapped[list[str]] = mapped_column(JSON)
+    secret: Mapped[str] = mapped_column(String(128))
+    previous_secret: Mapped[str | None] = mapped_column(String(128))
+    previous_secret_until: Mapped[datetime | None] = mapped_column()
+    disabled_at: Mapped[datetime | None] = mapped_column()
+    disabled_reason: Mapped[str | None] = mapped_column(Text)
+    # Consecutive failed attempts (any delivery) and when the run of failures began.
+    failures: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    failing_since: Mapped[datetime | None] = mapped_column()
+    created_by: Mapped[str | None] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class WebhookDelivery(Base):
+    """The outbox: one row per (endpoint, event), written in the transaction that records the
+    event. ``msg_id`` (the ``webhook-id`` header) is unique and the same on every retry;
+    ``body`` is the exact payload sent. A sender claims a due row by a conditional UPDATE
+    (``claimed_until`` on the database clock), so two processes never send it at once."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
+        CheckConstraint(_in("type", WEBHOOK_EVENT_TYPES), name="type"),
+        UniqueConstraint("endpoint_id", "event_key", name="uq_webhook_deliveries_endpoint_event"),
+        Index("ix_webhook_deliveries_status_next", "status", "next_attempt_at"),
+        Index("ix_webhook_deliveries_team_id", "team", "id"),
+        Index("ix_webhook_deliveries_job_id", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    msg_id: Mapped[str] = mapped_column(String(40), unique=True)  # "msg_<hex>"
+    endpoint_id: Mapped[str] = mapped_column(ForeignKey("webhook_endpoints.id", ondelete="CASCADE"))
+    team: Mapped[str] = mapped_column(String(63))
+    job_id: Mapped[str] = mapped_column(String(40))  # no foreign key: outlives a deleted job
+    event_key: Mapped[str] = mapped_column(String(127))  # "event-<events.id>", "checkpoint-..."
+    type: Mapped[str] = mapped_column(String(31))
+    body: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    next_attempt_at: Mapped[datetime] = mapped_column()  # database clock
+    claimed_until: Mapped[datetime | None] = mapped_column()  # database clock
+    claim_token: Mapped[str | None] = mapped_column(String(32))
+    last_attempt_at: Mapped[datetime | None] = mapped_column()
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+
+
+class NodeCordon(Base):
+    """A Ray node the straggler watch flagged (``service.jobs.straggler``). ``flags``: its
+    ``straggler`` events since it was last cordoned; at ``SHUNTER_STRAGGLER_CORDON_AFTER``
+    flags it is cordoned until ``cordoned_until`` (the scheduler places nothing on it before
+    then) and ``flags`` starts again at 0. ``total_flags`` never resets."""
+
+    __tablename__ = "node_cordons"
+
+    node_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    node_ip: Mapped[str] = mapped_column(String(255), default="")
+    flags: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    total_flags: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    last_flagged_at: Mapped[datetime | None] = mapped_column()
+    last_job_id: Mapped[str | None] = mapped_column(String(40))
+    cordoned_until: Mapped[datetime | None] = mapped_column()
+    reason: Mapped[str] = mapped_column(Text, default="")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -9,12 +10,17 @@ from fastapi import Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 
 from service.accounts.auth import Principal, TokenCache, bearer_hash, lookup_principal
+from service.accounts.data_roots import roots_for
 from service.db.engine import Database
 from service.db.paging import clamp_limit
+from service.jobs.hub import policy_from_settings
+from service.jobs.phases import PhaseMark
+from service.jobs.submit import SubmitContext
 from service.launch import Launcher
+from service.scheduler.cluster_view import ClusterView
 from service.settings import Settings
 
-__all__ = ["AppState", "CurrentUser", "Limit", "StateDep", "app_state"]
+__all__ = ["AppState", "CurrentUser", "Limit", "StateDep", "SubmitCtx", "app_state"]
 
 
 @dataclass(kw_only=True)
@@ -24,7 +30,29 @@ class AppState:
     tokens: TokenCache
     launcher: Launcher | None = None
     scheduler: Any = None
+    cluster_view: ClusterView | None = None  # shared with the scheduler, which refreshes it
     extras: dict[str, Any] = field(default_factory=dict)
+    # The start-up phase histogram (``http.prometheus``); a no-op until the app sets it.
+    on_phase: Callable[[PhaseMark], None] = lambda _mark: None
+
+    def clusters(self) -> ClusterView:
+        """The cluster as the scheduler's last tick read it (``scheduler.cluster_view``)."""
+        if self.cluster_view is None:
+            # A process whose scheduler ticks refreshes every tick; one without re-reads a
+            # view older than a few ticks on demand.
+            max_age = max(5.0, 3 * float(self.settings.scheduler_interval_s))
+            self.cluster_view = ClusterView(self.need_launcher(), max_age_s=max_age)
+        return self.cluster_view
+
+    def wake_scheduler(self) -> None:
+        """Something for the scheduler (a submit): this process's scheduler ticks now rather
+        than at its next interval. Another process's leader sees it at its own tick."""
+        if self.scheduler is not None:
+            self.scheduler.wake()
+
+    def observe_phase(self, mark: PhaseMark | None) -> None:
+        if mark is not None:
+            self.on_phase(mark)
 
     def need_launcher(self) -> Launcher:
         if self.launcher is None:
@@ -61,3 +89,27 @@ async def page_limit(
 
 
 Limit = Annotated[int, Depends(page_limit)]
+
+
+async def submit_context(st: StateDep, user: CurrentUser) -> SubmitContext:
+    """What a submit (or a dry run) needs from the server: data roots (the server's and the
+    team's), storage, the scheduler's last view of the cluster (never a call to Ray while it
+    is fresh: ``scheduler.cluster_view``), the Hub policy and the admin flags."""
+    team_roots = await run_in_threadpool(lambda: st.db.read(lambda s: roots_for(s, team=user.team)))
+    seen = await run_in_threadpool(st.clusters().seen)
+    return SubmitContext(
+        data_roots=[*st.settings.data_roots, *team_roots],
+        storage=st.settings.storage,
+        cluster=seen.cluster,
+        cluster_note=(
+            f"the cluster as last read {seen.age_s:.0f} s ago; reading it now fails"
+            if seen.error and seen.age_s is not None
+            else None
+        ),
+        ecosystem=policy_from_settings(st.settings),
+        allow_pickle_weights=st.settings.allow_pickle_weights,
+        gpu_memory_bytes=st.settings.gpu_memory_bytes,
+    )
+
+
+SubmitCtx = Annotated[SubmitContext, Depends(submit_context)]

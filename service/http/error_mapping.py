@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -76,6 +77,14 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     return _reply(request, exc.detail, str(exc.detail), exc.status_code, headers)
 
 
+async def _cluster_error(request: Request, exc: Exception) -> JSONResponse:
+    """An HTTP call to the cluster (Ray's dashboard) that failed and no route handled: 503,
+    never a 500 (admission itself never calls it: ``scheduler.cluster_view``)."""
+    log.warning("cluster unreachable: %s: %s", type(exc).__name__, exc)
+    message = f"the cluster (Ray) is unreachable: {type(exc).__name__}: {exc}"[:500]
+    return _reply(request, "cluster_unreachable", message, 503, {"Retry-After": "5"})
+
+
 async def _db_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, OperationalError)
     if is_retryable(exc):  # contention outlasted every retry: tell the client to come back
@@ -91,3 +100,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(OperationalError, _db_error)
+    app.add_exception_handler(httpx.HTTPError, _cluster_error)

@@ -7,7 +7,7 @@ proves, in its own transaction, that the attempt is still the job's active attem
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,8 +19,18 @@ from service.accounts.auth import hash_token
 from service.db.models import Attempt, Checkpoint, Event, Job, MetricPoint, utcnow_py
 from service.errors import Unauthorized
 from service.jobs.confine import confined
+from service.jobs.phases import PhaseMark, record_phase
 from service.jobs.preemption import finish_preempted, stop_request
 from service.jobs.states import ErrorInfo, JobStatus, fence_attempt, heartbeat, transition
+from service.jobs.straggler import (
+    CordonPolicy,
+    cordoned_nodes,
+    is_window_point,
+    judge_window,
+    window_points,
+)
+from service.jobs.straggler_rule import complete
+from service.launch import StackTarget
 from service.schemas import (
     CheckpointIn,
     CheckpointRead,
@@ -32,6 +42,8 @@ from service.schemas import (
     RestartIn,
     StatusIn,
 )
+from service.webhooks.outbox import enqueue_in
+from shunter.jobspec.models import StragglerSpec
 
 __all__ = [
     "add_checkpoint",
@@ -70,6 +82,7 @@ def attempt_spec(
         output_dir=str(job.spec["training"]["output_dir"]),
         resume_from=job.resume_from,
         runtime_used_s=_runtime_used(session, job_id=job_id, before=attempt),
+        avoid_nodes=sorted(cordoned_nodes(session, now=utcnow_py())),
     )
 
 
@@ -110,15 +123,16 @@ def attempt_heartbeat(
 
 def report_status(
     session: Session, *, job_id: str, attempt: int, body: StatusIn, lease_seconds: float
-) -> None:
+) -> PhaseMark | None:
     """running: starting -> running (no-op if already running or cancelling).
     succeeded/failed: terminal; if a cancel was requested meanwhile the job ends cancelled.
-    preempted: checkpointed at ``step`` on request; requeued or paused (``preemption``)."""
+    preempted: checkpointed at ``step`` on request; requeued or paused (``preemption``).
+    Returns the ``succeeded`` start-up phase when this report wrote it (``jobs.phases``)."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
     status = JobStatus(session.execute(select(Job.status).where(Job.id == job_id)).scalar_one())
     if body.status == "preempted" and status != S.CANCELLING:
         finish_preempted(session, job_id=job_id, attempt=attempt, step=body.step)
-        return
+        return None
     if body.status == "running":
         if status == S.STARTING:
             transition(
@@ -128,7 +142,7 @@ def report_status(
                 event_type="running",
                 message=f"attempt {attempt} running",
             )
-        return
+        return None
     if status == S.CANCELLING:
         msg = f"attempt {attempt} ended ({body.status}) after a cancel request"
         transition(
@@ -139,7 +153,7 @@ def report_status(
             message=msg,
             error=ErrorInfo(type="cancelled", message=msg),
         )
-        return
+        return None
     final_uri = body.final_model_uri
     if final_uri is not None:
         final_uri = confined(
@@ -154,7 +168,7 @@ def report_status(
             message=f"attempt {attempt} succeeded",
             values={"final_model_uri": final_uri},
         )
-        return
+        return record_phase(session, job_id=job_id, attempt=attempt, phase="succeeded")
     err = body.error or _unknown_error()
     transition(
         session,
@@ -165,6 +179,7 @@ def report_status(
         error=ErrorInfo(type=err.type, message=err.message),
         values={"final_model_uri": final_uri},
     )
+    return None
 
 
 def _output_dir(session: Session, job_id: str) -> str:
@@ -193,10 +208,19 @@ def _finite(value: Any) -> Any:
 
 
 def add_metrics(
-    session: Session, *, job_id: str, attempt: int, body: MetricsIn, lease_seconds: float
+    session: Session,
+    *,
+    job_id: str,
+    attempt: int,
+    body: MetricsIn,
+    lease_seconds: float,
+    nodes: Callable[[], list[StackTarget]] = list,
+    cordon: CordonPolicy | None = None,
 ) -> MetricsAccepted:
     """Store a batch; a point already stored for (job, attempt, step, name) is ignored, so a
-    retried batch is harmless. Updates ``progress`` and ``latest_metrics``."""
+    retried batch is harmless. Updates ``progress`` and ``latest_metrics``. A window of
+    per-rank step times stored for the first time is judged (``service.jobs.straggler``;
+    ``nodes``: where each rank runs, read only when a rank straggles)."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
     now = utcnow_py()
     rows = [
@@ -218,13 +242,34 @@ def add_metrics(
             _insert(session, MetricPoint)
             .values(rows)
             .on_conflict_do_nothing(index_elements=["job_id", "attempt", "step", "name"])
-            .returning(MetricPoint.id)
+            .returning(MetricPoint.name, MetricPoint.step)
         )
         # Count what RETURNING gives back: rowcount of a multi-row upsert is not portable.
-        accepted = len(session.execute(stmt).all())
+        inserted = session.execute(stmt).all()
+        accepted = len(inserted)
+        _health_events(session, job_id, attempt, body, {(r[0], r[1]) for r in inserted})
     values: dict[str, Any] = {"updated_at": now}
     job = session.get(Job, job_id)
     assert job is not None
+    windows = sorted({r[1] for r in inserted if is_window_point(r[0])}) if rows else []
+    if windows:  # new windows only: a retried batch judges nothing twice
+        health = (job.spec or {}).get("health") or {}
+        spec = StragglerSpec.model_validate(health.get("straggler") or {})
+        for step in windows:
+            points = window_points(session, job_id=job_id, attempt=attempt, step=step)
+            if not complete(points):
+                continue  # the rest of the window comes in a later batch, which judges it
+            judge_window(
+                session,
+                job_id=job_id,
+                attempt=attempt,
+                step=step,
+                points=points,
+                spec=spec,
+                nodes=nodes,
+                cordon=cordon or CordonPolicy(),
+                now=now,
+            )
     if rows:
         latest: dict[str, Any] = dict(job.latest_metrics or {})
         for p in sorted((p for p in body.points if p.finite), key=lambda p: p.step):
@@ -245,6 +290,44 @@ def add_metrics(
         .execution_options(synchronize_session=False)
     )
     return MetricsAccepted(accepted=accepted, skipped_non_finite=skipped)
+
+
+# The divergence guard's metrics (trainer_core.health) -> one event each, written only when the
+# point is new, so a retried batch writes no second event.
+HEALTH_EVENTS = {"health_skipped_steps": "step_skipped", "health_rollbacks": "rolled_back"}
+
+
+def _health_events(
+    session: Session, job_id: str, attempt: int, body: MetricsIn, new: set[tuple[str, int]]
+) -> None:
+    by_step: dict[int, dict[str, float]] = {}
+    for p in body.points:
+        by_step.setdefault(p.step, {})[p.name] = p.value
+    for name, step in sorted(new, key=lambda n: n[1]):
+        if name not in HEALTH_EVENTS:
+            continue
+        at = by_step.get(step, {})
+        if name == "health_skipped_steps":
+            message = (
+                f"step {step} skipped (optimizer step not taken): loss "
+                f"{_num(at.get('health_skipped_loss'))}, grad norm "
+                f"{_num(at.get('health_skipped_grad_norm'))}; {int(at[name])} skipped so far"
+            )
+        else:
+            message = (
+                f"rollback {int(at[name])} at step {step}: back to the checkpoint of step "
+                f"{_num(at.get('health_rollback_to_step'))}, the data since skipped, seed now "
+                f"{_num(at.get('health_seed'))}"
+            )
+        session.add(
+            Event(job_id=job_id, type=HEALTH_EVENTS[name], message=message, attempt=attempt)
+        )
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:.6g}" if math.isfinite(value) else str(value)
 
 
 def add_checkpoint(
@@ -268,13 +351,22 @@ def add_checkpoint(
         )
         .on_conflict_do_nothing(index_elements=["job_id", "attempt", "step"])
     )
-    session.execute(stmt)
+    new = session.execute(stmt.returning(Checkpoint.id)).first() is not None
     ckpt = session.execute(
         select(Checkpoint).where(
             Checkpoint.job_id == job_id, Checkpoint.attempt == attempt, Checkpoint.step == body.step
         )
     ).scalar_one()
     read = CheckpointRead.model_validate(ckpt)
+    if new:  # no event row for a checkpoint: queue its webhook here, once
+        enqueue_in(
+            session,
+            job_id=job_id,
+            event_key=f"checkpoint-{attempt}-{body.step}",
+            type_="job.checkpoint",
+            created_at=utcnow_py(),
+            extra={"checkpoint": {"attempt": attempt, "step": body.step}},
+        )
     job = session.get(Job, job_id)
     assert job is not None
     current = job.latest_checkpoint or {}

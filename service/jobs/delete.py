@@ -19,7 +19,7 @@ from pathlib import Path
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service import storage as objstore
+import storage as objstore
 from service.accounts.auth import Principal, require_writer
 from service.db.engine import Database
 from service.db.models import (

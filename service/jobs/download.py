@@ -4,11 +4,12 @@ What can be downloaded is what the trainer wrote in the Hugging Face layout: the
 model (``config.json``, safetensors weights, tokenizer files; a LoRA job's PEFT adapter,
 ``adapter_config.json`` + ``adapter_model.safetensors``, unless merged on save). ``best`` is
 the final model of a job run with ``load_best_model_at_end`` (which restores the best
-checkpoint before saving it). Step checkpoints are in the training engine's own format
-(sharded state, optimizer), which is for resuming, not for loading; asking for one is a 409
-that says so. The stream is built file by file (no temporary archive, no whole file in
-memory): POSIX tar headers, the bytes, padding to 512, two zero blocks. On object storage
-(``s3://`` storage) the model is streamed from the bucket the same way.
+checkpoint before saving it). A step number names a verified step checkpoint: it is in the
+training engine's resume format, so it is consolidated into the same layout once and cached
+beside the checkpoint (``service.jobs.checkpoint_models``). The stream is built file by file
+(no temporary archive, no whole file in memory): POSIX tar headers, the bytes, padding to
+512, two zero blocks. On object storage (``s3://`` storage) the model is streamed from the
+bucket the same way.
 """
 
 from __future__ import annotations
@@ -20,15 +21,32 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from service import storage
+import storage
 from service.accounts.auth import Principal
+from service.db.engine import Database
 from service.errors import Conflict
+from service.jobs.checkpoint_models import ExportConfig, cached_model, step_checkpoint
 from service.jobs.queries import visible_job
 
-__all__ = ["model_dir", "tar_stream"]
+__all__ = ["model_dir", "resolve_download", "tar_stream"]
 
 _CHUNK = 1024 * 1024
 _BLOCK = 512
+
+
+def resolve_download(
+    db: Database, *, principal: Principal, job_id: str, which: str, export: ExportConfig
+) -> Path | str:
+    """The model directory to send for ``which``: ``final``, ``best``, or a step number (a
+    verified step checkpoint, consolidated on first use: this blocks, so call it off the
+    event loop). A path, or an ``s3://`` URI on object storage."""
+    if which.isdigit():
+        step = int(which)
+        source = db.read(
+            lambda s: step_checkpoint(s, principal=principal, job_id=job_id, step=step)
+        )
+        return cached_model(source, export)
+    return db.read(lambda s: model_dir(s, principal=principal, job_id=job_id, which=which))
 
 
 def model_dir(session: Session, *, principal: Principal, job_id: str, which: str) -> Path | str:
@@ -37,9 +55,8 @@ def model_dir(session: Session, *, principal: Principal, job_id: str, which: str
     job = visible_job(session, principal=principal, job_id=job_id)
     if which not in ("final", "best"):
         raise Conflict(
-            f"checkpoint {which!r} is a training checkpoint in the engine's format (for "
-            "resuming), not a model; download 'final', or 'best' from a job run with "
-            "load_best_model_at_end: true"
+            f"checkpoint {which!r}: download 'final', 'best' (a job run with "
+            "load_best_model_at_end: true), or the step number of a verified checkpoint"
         )
     if which == "best" and not (job.spec.get("training") or {}).get("load_best_model_at_end"):
         raise Conflict(

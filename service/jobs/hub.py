@@ -11,7 +11,8 @@ nowhere locally as a hub id):
 - Hub access off: the repository must already be in the server's Hugging Face cache
   (``<hf_home>/hub/{models,datasets}--org--name/snapshots/*``, the cache the embedded head's
   workers share); otherwise the error says that Hub access is off and what to do;
-- ``training.report_to`` naming ``mlflow`` needs a tracking URI on the server.
+- ``training.report_to`` naming ``mlflow`` needs a tracking URI on the server;
+- ``health.hang`` stays inside the admin's bounds (``hang_rule.bound_errors``).
 
 ``resolve_hub_access(setting)`` turns ``auto`` into ``on``/``off`` once at start-up.
 ``huggingface_hub`` is imported only when the Hub is online (it is light and optional).
@@ -20,10 +21,11 @@ nowhere locally as a hub id):
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from service.jobs.hang_rule import HangBounds, bound_errors
 from service.settings import Settings
 from shunter.jobspec import FieldError, JobSpec
 
@@ -49,6 +51,8 @@ class EcosystemPolicy:
     hf_home: Path
     max_model_bytes: int = 200 * 1024**3
     mlflow_configured: bool = False
+    # The admin's bounds on health.hang (SHUNTER_HEALTH_HANG_*), checked beside the above.
+    hang_bounds: HangBounds = field(default_factory=HangBounds)
 
 
 class HubLookup(Protocol):
@@ -117,7 +121,9 @@ def hub_ids(spec: JobSpec) -> list[tuple[str, str, str]]:
 def ecosystem_errors(
     spec: JobSpec, *, policy: EcosystemPolicy, lookup: HubLookup | None = None
 ) -> list[FieldError]:
-    errors = [_report_to_error(spec, policy)] if not policy.mlflow_configured else []
+    errors: list[FieldError | None] = list(bound_errors(spec, policy.hang_bounds))
+    if not policy.mlflow_configured:
+        errors.append(_report_to_error(spec, policy))
     for loc, kind, repo in hub_ids(spec):
         errors.append(_org_error(loc, repo, policy) or _hub_error(loc, kind, repo, policy, lookup))
     return [e for e in errors if e is not None]
@@ -197,4 +203,5 @@ def policy_from_settings(settings: Settings) -> EcosystemPolicy:
         allowed_orgs=tuple(settings.hub_allowed_orgs),
         hf_home=Path(settings.hf_home) if settings.hf_home else settings.home / "hf",
         mlflow_configured=bool(settings.mlflow_tracking_uri),
+        hang_bounds=HangBounds.from_settings(settings),
     )

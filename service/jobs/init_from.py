@@ -22,8 +22,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.db.models import Checkpoint, Job
+from service.jobs.prune import best_checkpoint, best_metric
 from shunter.jobspec import FieldError, SpecError
-from shunter.jobspec.rules import default_greater_is_better
 
 __all__ = ["resolve_init_from"]
 
@@ -36,18 +36,14 @@ def _fail(field: str, message: str) -> SpecError:
 
 def _best(source: Job, rows: list[Checkpoint]) -> Checkpoint:
     training = (source.spec or {}).get("training", {})
-    name = training.get("metric_for_best_model") or "loss"
-    metric = name if name.startswith("eval_") else f"eval_{name}"
-    greater = training.get("greater_is_better")
-    if greater is None:
-        greater = default_greater_is_better(metric)
-    scored = [c for c in rows if isinstance((c.metrics or {}).get(metric), int | float)]
-    if not scored:
+    best = best_checkpoint(training, rows)
+    if best is None:
         raise _fail(
             "checkpoint",
-            f"job {source.id} has no checkpoint saved with {metric}; use latest or a step number",
+            f"job {source.id} has no checkpoint saved with {best_metric(training)[0]}; use "
+            "latest or a step number",
         )
-    return (max if greater else min)(scored, key=lambda c: (c.metrics[metric], -c.step))
+    return best
 
 
 def resolve_init_from(session: Session, *, team: str, spec: dict[str, Any]) -> dict[str, Any]:

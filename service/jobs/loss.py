@@ -48,12 +48,14 @@ class LossCause(enum.StrEnum):
     LEASE_EXPIRED = "lease_expired"
     DRIVER_ENDED = "driver_ended"
     LAUNCH_FAILED = "launch_failed"
+    HUNG = "hung"  # no step progress (service.jobs.hang); bounded by max_restarts there
 
 
 _WHAT: Mapping[LossCause, str] = {
     LossCause.LEASE_EXPIRED: "lease expired",
     LossCause.DRIVER_ENDED: "driver ended without a final report",
     LossCause.LAUNCH_FAILED: "launch failed",
+    LossCause.HUNG: "hung",
 }
 
 # Whether a loss of this cause uses up one of the job's ``max_infra_retries``.
@@ -61,6 +63,7 @@ COUNTS_AS_INFRA_RETRY: Mapping[LossCause, bool] = {
     LossCause.LEASE_EXPIRED: True,
     LossCause.DRIVER_ENDED: True,
     LossCause.LAUNCH_FAILED: True,
+    LossCause.HUNG: False,
 }
 
 

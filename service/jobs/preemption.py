@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from sqlalchemy import and_, or_, select, update
 from sqlalchemy.orm import Session
@@ -52,9 +52,12 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 S = JobStatus
-Cause = Literal["preempt", "pause"]
+Cause = Literal["preempt", "pause", "prune"]
 # A request may be made while the attempt is still launching: rank 0 sees it at step 1.
 _STOPPABLE = frozenset({S.STARTING, S.RUNNING})
+# Where a stopped attempt's job goes, by the request's cause, and the event it writes.
+_STOP_TO = {"preempt": S.QUEUED, "pause": S.PAUSED, "prune": S.PRUNED}
+_STOP_EVENT = {S.QUEUED: "preempted", S.PAUSED: "paused", S.PRUNED: "pruned"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,9 +69,10 @@ class StopRequest:
 def request_preemption(session: Session, *, job_id: str, cause: str, detail: str) -> bool:
     """Ask the job's active attempt to checkpoint at its next step boundary and stop.
 
-    ``cause``: ``preempt`` (the job is requeued) or ``pause`` (it is held ``paused``). False
-    when the job is not starting/running (nothing to stop) or a cancel is under way. A
-    repeated request is a no-op that returns True; a pause upgrades a pending preempt.
+    ``cause``: ``preempt`` (the job is requeued), ``pause`` (it is held ``paused``) or
+    ``prune`` (a sweep's trial ends ``pruned``). False when the job is not starting/running
+    (nothing to stop) or a cancel is under way. A repeated request is a no-op that returns
+    True; a pause or a prune upgrades a pending preempt, and a prune a pending pause.
     """
     if cause not in STOP_CAUSES:
         raise BadRequest(f"cause must be one of {list(STOP_CAUSES)}, not {cause!r}")
@@ -76,8 +80,10 @@ def request_preemption(session: Session, *, job_id: str, cause: str, detail: str
     if job is None or JobStatus(job.status) not in _STOPPABLE or job.cancel_requested:
         return False
     open_request: ColumnElement[bool] = Attempt.stop_cause.is_(None)
-    if cause == "pause":
+    if cause in ("pause", "prune"):
         open_request = or_(open_request, Attempt.stop_cause == "preempt")
+    if cause == "prune":
+        open_request = or_(open_request, Attempt.stop_cause == "pause")
     recorded = session.execute(
         update(Attempt)
         .where(Attempt.job_id == job_id, Attempt.status == ACTIVE, open_request)
@@ -112,9 +118,9 @@ def stop_request(session: Session, *, job_id: str, attempt: int) -> StopRequest 
             Attempt.job_id == job_id, Attempt.number == attempt, Attempt.status == ACTIVE
         )
     ).first()
-    if row is None or row[0] not in ("preempt", "pause"):
+    if row is None or row[0] not in STOP_CAUSES:
         return None
-    cause: Cause = "pause" if row[0] == "pause" else "preempt"
+    cause = cast(Cause, row[0])
     return StopRequest(cause=cause, detail=row[1] or "")
 
 
@@ -153,12 +159,12 @@ def finish_preempted(
     status = JobStatus(session.execute(select(Job.status).where(Job.id == job_id)).scalar_one())
     if status == S.CANCELLING:  # a cancel won the race: the reconcile sweep finishes it
         return None
-    to = S.PAUSED if cause == "pause" else S.QUEUED
+    to = _STOP_TO.get(cause, S.QUEUED)
     return transition(
         session,
         job_id=job_id,
         to=to,
-        event_type="paused" if to == S.PAUSED else "preempted",
+        event_type=_STOP_EVENT[to],
         message=f"attempt {attempt} {how} ({cause}: {detail})",
         values={
             "resume_from": ckpt,

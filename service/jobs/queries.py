@@ -126,7 +126,7 @@ def cancel_job(db: Database, *, principal: Principal, job_id: str, launcher: Lau
         status = JobStatus(job.status)
         if status in (S.CANCELLING, S.CANCELLED):
             return job_read(job), None
-        if status in (S.SUCCEEDED, S.FAILED):
+        if status in (S.SUCCEEDED, S.FAILED, S.PRUNED):
             raise Conflict(f"job {job_id} is {status}; only an unfinished job can be cancelled")
         by = f"cancelled by {principal.name}"
         if status in (S.QUEUED, S.PAUSED):  # nothing runs: cancelled now

@@ -38,6 +38,8 @@ def queue_page(
             Job.created_at,
             Job.pending_reason,
             Job.estimated_start_at,
+            Job.estimated_at,
+            Job.queue_stale,
             Job.num_workers,
             Job.cpus_per_worker,
             Job.gpus_per_worker,
@@ -78,5 +80,7 @@ def _item(position: int, r: Any, reason: str | None, *, visible: bool) -> QueueI
         created_at=r.created_at,
         pending_reason=reason,
         estimated_start_at=r.estimated_start_at,
+        estimated_at=r.estimated_at,
+        estimate_stale=bool(r.queue_stale),
         **common,
     )

@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from service.db.models import Job
-from service.scheduler.policy.snapshot import PRIORITY_RANK
+from service.policy.snapshot import PRIORITY_RANK
 from service.schemas import JobError, JobRead, Progress
 
 __all__ = ["first_queue_position", "get_job_row", "job_read"]
@@ -88,6 +88,8 @@ def job_read(
         pending_reason=job.pending_reason if queued else None,
         estimated_start_at=job.estimated_start_at if queued else None,
         estimated_end_at=job.estimated_end_at if not queued else None,
+        estimated_at=job.estimated_at if queued else None,
+        estimate_stale=bool(job.queue_stale) if queued else False,
         progress=progress,
         latest_metrics=job.latest_metrics,
         error=error,

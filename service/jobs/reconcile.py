@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.db.changes import KeptRows
 from service.db.engine import Database
 from service.db.models import ACTIVE, Attempt, Job
 from service.errors import IllegalTransition, StaleAttempt
@@ -43,6 +45,7 @@ __all__ = [
     "ActiveAttempt",
     "Decision",
     "decide_active",
+    "kept_active",
     "reconcile_on_start",
     "sweep_active",
 ]
@@ -76,23 +79,37 @@ class ActiveAttempt:
     submission_id: str
 
 
-def _active(session: Session) -> list[ActiveAttempt]:
-    rows = session.execute(
-        select(Job.id, Job.status, Job.cancel_requested, Attempt.number, Attempt.submission_id)
-        .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.status == ACTIVE))
-        .where(Job.status.in_([str(s) for s in ACTIVE_STATES]))
-        .order_by(Job.id)
-    )
+_STATUS = {str(s): s for s in JobStatus}  # a lookup, not an enum call per row
+# Every active job's active attempt (Core rows: every tick reads them all).
+_ACTIVE = (
+    select(Job.id, Job.status, Job.cancel_requested, Attempt.number, Attempt.submission_id)
+    .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.status == ACTIVE))
+    .where(Job.status.in_([str(s) for s in ACTIVE_STATES]))
+    .order_by(Job.id)
+)
+
+
+def _attempts(_session: Session, rows: Sequence[Any]) -> list[ActiveAttempt]:
     return [
         ActiveAttempt(
             job_id=r[0],
-            status=JobStatus(r[1]),
+            status=_STATUS[r[1]],
             cancel_requested=bool(r[2]),
             attempt=r[3],
             submission_id=r[4],
         )
         for r in rows
     ]
+
+
+def _active(session: Session) -> list[ActiveAttempt]:
+    return _attempts(session, list(session.connection().execute(_ACTIVE)))
+
+
+def kept_active() -> KeptRows[ActiveAttempt]:
+    """The active attempts, kept across the scheduler's ticks: each sweep re-reads only the
+    jobs changed since the last (``db.changes.KeptRows``)."""
+    return KeptRows(_ACTIVE, _attempts)
 
 
 def _finish_cancelled(session: Session, *, job_id: str, attempt: int) -> None:
@@ -112,15 +129,21 @@ def _finish_cancelled(session: Session, *, job_id: str, attempt: int) -> None:
 
 
 def sweep_active(
-    db: Database, launcher: Launcher, *, max_infra_retries: int, renew_lease_s: float | None = None
+    db: Database,
+    launcher: Launcher,
+    *,
+    max_infra_retries: int,
+    renew_lease_s: float | None = None,
+    kept: KeptRows[ActiveAttempt] | None = None,
 ) -> dict[str, Decision]:
     """Apply ``decide_active`` to every active job; return the decision per job id.
 
     ``renew_lease_s``: at start-up, extend the lease of attempts Ray still runs (their drivers
-    could not heartbeat while the service was down).
+    could not heartbeat while the service was down). ``kept``: the active attempts as the
+    last sweep read them (``kept_active``), brought up to date instead of read again.
     """
     out: dict[str, Decision] = {}
-    for a in db.read(_active):
+    for a in db.read(_active) if kept is None else kept.fetch(db):
         try:
             st = launcher.status(a.submission_id)
         except Exception as e:  # Ray unreachable: decide nothing about this job now

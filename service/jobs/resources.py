@@ -2,7 +2,7 @@
 
 A job that cannot fit even on an empty cluster would wait forever, so the API rejects it at
 submit time with what the cluster has. The decision is the scheduler's own
-(``service.scheduler.policy.capacity``: same placement, same epsilon); this module only words
+(``service.policy.capacity``: same placement, same epsilon); this module only words
 the 422.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from service.scheduler.policy.capacity import NodeFree, max_workers_placeable, place_gang
+from service.policy.capacity import NodeFree, max_workers_placeable, place_gang
 from shunter.jobspec.errors import FieldError
 from shunter.jobspec.models import JobSpec
 

@@ -10,6 +10,9 @@ or one that loses a race, raises ``IllegalTransition``. Moving a job out of the 
 "an active attempt exists" <=> "the job is starting/running/cancelling".
 
 Leases are judged on the database clock (``utcnow()`` in SQL), never the host's.
+
+Webhooks: every event row written here (or anywhere) is turned into its outbox rows in the
+same transaction by ``service.webhooks.outbox``'s hook on ``Event``, imported below.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from sqlalchemy.orm import Session
 from service.db.models import ACTIVE, Attempt, Event, Job, utcnow_py
 from service.db.sqltime import utcnow, utcnow_plus
 from service.errors import IllegalTransition, NotFound, StaleAttempt
+from service.webhooks import outbox as _outbox  # noqa: F401  (registers the Event hook)
 from shunter.jobspec.vocab import ACTIVE_STATUSES, TERMINAL_STATUSES
 
 __all__ = [
@@ -53,6 +57,7 @@ class JobStatus(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     PAUSED = "paused"  # checkpointed and held on request; ``resume`` requeues it
+    PRUNED = "pruned"  # a sweep's trial stopped early by its pruner; an end, not a failure
 
 
 S = JobStatus
@@ -68,14 +73,17 @@ ACTIVE_STATES = frozenset(S(s) for s in ACTIVE_STATUSES)
 # once the attempt checkpointed (or its checkpoint timed out); paused -> queued by ``resume``,
 # paused -> cancelled by ``cancel``. A preemption is running|starting -> queued.
 LEGAL_MOVES: Mapping[JobStatus, frozenset[JobStatus]] = {
-    S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.PAUSED}),
-    S.STARTING: frozenset({S.RUNNING, S.QUEUED, S.FAILED, S.CANCELLING, S.PAUSED}),
-    S.RUNNING: frozenset({S.SUCCEEDED, S.FAILED, S.CANCELLED, S.CANCELLING, S.QUEUED, S.PAUSED}),
+    S.QUEUED: frozenset({S.STARTING, S.CANCELLED, S.PAUSED, S.PRUNED}),
+    S.STARTING: frozenset({S.RUNNING, S.QUEUED, S.FAILED, S.CANCELLING, S.PAUSED, S.PRUNED}),
+    S.RUNNING: frozenset(
+        {S.SUCCEEDED, S.FAILED, S.CANCELLED, S.CANCELLING, S.QUEUED, S.PAUSED, S.PRUNED}
+    ),
     S.CANCELLING: frozenset({S.CANCELLED}),
     S.SUCCEEDED: frozenset(),
     S.FAILED: frozenset({S.QUEUED}),
     S.CANCELLED: frozenset({S.QUEUED}),
-    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED}),
+    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED, S.PRUNED}),
+    S.PRUNED: frozenset(),
 }
 
 # How the active attempt ends when its job leaves the active states.
@@ -85,6 +93,7 @@ _ATTEMPT_END = {
     S.CANCELLED: "cancelled",
     S.QUEUED: "lost",
     S.PAUSED: "preempted",
+    S.PRUNED: "preempted",
 }
 
 

@@ -29,6 +29,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, require_writer
+from service.accounts.budgets import budget_state
 from service.db.engine import Database
 from service.db.models import Event, IdempotencyKey, Job, Team
 from service.errors import (
@@ -45,6 +46,7 @@ from service.jobs.plan_facts import plan_facts
 from service.jobs.read_model import first_queue_position, job_read
 from service.launch import ClusterResources
 from service.schemas import DryRunRead, JobRead
+from service.webhooks.endpoints import notify_errors
 from shunter.jobspec import JobSpec, SpecError, format_spec_errors
 from shunter.jobspec.errors import FieldError
 from shunter.jobspec.parse import BodyError, parse_body
@@ -53,12 +55,17 @@ from shunter.jobspec.vocab import PRIORITY_RANK
 
 __all__ = [
     "Submission",
+    "SubmitContext",
     "SubmitResult",
     "body_sha256",
     "check_submission",
     "dry_run",
+    "insert_job",
     "new_job_id",
+    "parse_document",
     "submit_job",
+    "team_checks",
+    "validate_document",
 ]
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -79,6 +86,24 @@ def new_job_id() -> str:
 def body_sha256(document: Any) -> str:
     canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SubmitContext:
+    """What a submit needs from the server, built once per request (``http.deps``).
+
+    ``cluster``: the scheduler's last view of the cluster (``scheduler.cluster_view``), or
+    None when it has never been read (Ray unreachable): the capacity check is then left to
+    the scheduler, which keeps the job queued with a reason."""
+
+    data_roots: list[Path]  # the server's and the team's
+    storage: str
+    cluster: ClusterResources | None
+    # Said in a capacity error when that view is old because Ray cannot be read now.
+    cluster_note: str | None = None
+    ecosystem: EcosystemPolicy | None = None
+    allow_pickle_weights: bool = False
+    gpu_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,19 +143,24 @@ def _validated(
     document: Any,
     *,
     data_roots: list[Path],
-    cluster: ClusterResources,
+    cluster: ClusterResources | None,
+    cluster_note: str | None = None,
     allow_pickle_weights: bool = False,
     ecosystem: EcosystemPolicy | None = None,
 ) -> JobSpec:
-    """Pass 1 and pass 2; no database, no writes."""
+    """Pass 1 and pass 2; no database, no writes. ``cluster`` None: no capacity check;
+    ``cluster_note``: added to a capacity error (how old that view is)."""
     try:
         spec = validate_spec(
             document, data_roots=data_roots, allow_pickle_weights=allow_pickle_weights
         )
     except SpecError as exc:
         raise _spec_error(exc.errors) from None
-    nodes = [(n.total_cpus, n.total_gpus) for n in cluster.nodes if n.alive]
-    errors = resource_errors(spec, nodes=nodes)
+    errors = []
+    if cluster is not None:
+        nodes = [(n.total_cpus, n.total_gpus) for n in cluster.nodes if n.alive]
+        note = f" ({cluster_note})" if cluster_note else ""
+        errors += [FieldError(e.loc, e.message + note) for e in resource_errors(spec, nodes=nodes)]
     if ecosystem is not None:  # hub ids, report_to: what this server can reach
         errors += ecosystem_errors(spec, policy=ecosystem)
     if errors:
@@ -169,12 +199,32 @@ def _check_priority(session: Session, *, principal: Principal, priority: str) ->
         )
 
 
+def _budget_checked(
+    session: Session, *, team: str, resolved: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """A team past its budget (``service.accounts.budgets``): ``hard`` -> 403 with the figure;
+    ``soft`` -> the spec at ``low`` priority and the note its ``submitted`` event carries."""
+    state = budget_state(session, team=team)
+    if state is None or not state.exceeded:
+        return resolved, None
+    figure = state.figure(team)
+    if state.mode == "hard":
+        raise Forbidden(
+            f"{figure}; the budget is hard, so new jobs are refused until the next period. "
+            f"Ask an admin to raise it (PATCH /v1/teams/{team} with a budget)",
+            detail="budget_exceeded",
+        )
+    note = f"{figure}; the budget is soft: queued at low priority"
+    return {**resolved, "priority": "low"}, note
+
+
 def _team_checked(
     session: Session, *, principal: Principal, resolved: dict[str, Any]
 ) -> dict[str, Any]:
     """Priority cap, quota, ``init_from``: reads only. The spec with ``init_from`` resolved."""
     _check_priority(session, principal=principal, priority=resolved.get("priority", "normal"))
     errors = _quota_errors(session, principal.team, resolved)
+    errors += notify_errors(session, team=principal.team, spec=resolved)
     if errors:
         raise _spec_error(errors)
     try:  # model.init_from names a checkpoint of one of the team's jobs: find its directory
@@ -183,29 +233,69 @@ def _team_checked(
         raise _spec_error(exc.errors) from None
 
 
-def check_submission(
-    db: Database,
+def _all_team_checks(
+    session: Session, *, principal: Principal, resolved: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    resolved = _team_checked(session, principal=principal, resolved=resolved)
+    return _budget_checked(session, team=principal.team, resolved=resolved)
+
+
+def parse_document(raw: bytes, content_type: str | None) -> Any:
+    """A request body (JSON, or YAML as ``application/yaml``) as a document; 4xx as a submit."""
+    return _parsed(raw, content_type)
+
+
+def validate_document(
+    document: Any,
     *,
-    principal: Principal,
-    raw: bytes,
-    content_type: str | None,
     data_roots: list[Path],
-    cluster: ClusterResources,
+    cluster: ClusterResources | None,
     allow_pickle_weights: bool = False,
     ecosystem: EcosystemPolicy | None = None,
-) -> Submission:
-    """Every check a submit runs, in a read-only transaction: 4xx as a submit, no writes."""
-    require_writer(principal)
-    document = _parsed(raw, content_type)
-    spec = _validated(
+) -> JobSpec:
+    """Pass 1 and pass 2 of a parsed spec document, as a submit runs them (422 on errors)."""
+    return _validated(
         document,
         data_roots=data_roots,
         cluster=cluster,
         allow_pickle_weights=allow_pickle_weights,
         ecosystem=ecosystem,
     )
-    resolved = db.read(
-        lambda s: _team_checked(s, principal=principal, resolved=spec.model_dump(mode="json"))
+
+
+def team_checks(
+    session: Session, *, principal: Principal, resolved: dict[str, Any]
+) -> tuple[dict[str, Any], str | None]:
+    """The team's checks of a submit (priority cap, quota, ``init_from``, budget): the spec to
+    queue and, when a soft budget is spent, the note for its event. 403/422 as a submit."""
+    return _all_team_checks(session, principal=principal, resolved=resolved)
+
+
+def _validated_in(document: Any, ctx: SubmitContext) -> JobSpec:
+    return _validated(
+        document,
+        data_roots=ctx.data_roots,
+        cluster=ctx.cluster,
+        cluster_note=ctx.cluster_note,
+        allow_pickle_weights=ctx.allow_pickle_weights,
+        ecosystem=ctx.ecosystem,
+    )
+
+
+def check_submission(
+    db: Database,
+    *,
+    principal: Principal,
+    raw: bytes,
+    content_type: str | None,
+    ctx: SubmitContext,
+) -> Submission:
+    """Every check a submit runs, in a read-only transaction: 4xx as a submit, no writes."""
+    require_writer(principal)
+    document = _parsed(raw, content_type)
+    spec = _validated_in(document, ctx)
+    resolved, _ = db.read(
+        lambda s: _all_team_checks(s, principal=principal, resolved=spec.model_dump(mode="json"))
     )
     return Submission(document=document, spec=spec, resolved=resolved)
 
@@ -216,25 +306,12 @@ def dry_run(
     principal: Principal,
     raw: bytes,
     content_type: str | None,
-    data_roots: list[Path],
-    cluster: ClusterResources,
-    allow_pickle_weights: bool = False,
-    ecosystem: EcosystemPolicy | None = None,
-    gpu_memory_bytes: int | None = None,
+    ctx: SubmitContext,
 ) -> DryRunRead:
     """``check_submission`` plus the plan: the resolved spec as it would be queued, and how it
     would run (``shunter.jobspec.plan``). Nothing is queued; the idempotency table is not read."""
-    checked = check_submission(
-        db,
-        principal=principal,
-        raw=raw,
-        content_type=content_type,
-        data_roots=data_roots,
-        cluster=cluster,
-        allow_pickle_weights=allow_pickle_weights,
-        ecosystem=ecosystem,
-    )
-    plan = plan_for(checked.spec, gpu_memory_bytes=gpu_memory_bytes, **plan_facts(checked.spec))
+    checked = check_submission(db, principal=principal, raw=raw, content_type=content_type, ctx=ctx)
+    plan = plan_for(checked.spec, gpu_memory_bytes=ctx.gpu_memory_bytes, **plan_facts(checked.spec))
     return DryRunRead(spec=checked.resolved, plan=plan)
 
 
@@ -262,8 +339,26 @@ def _write(
             job = session.get(Job, hit.job_id)
             assert job is not None
             return SubmitResult(job=job_read(job), created=False)
-    resolved = _team_checked(session, principal=principal, resolved=resolved)
-    job_id = new_job_id()
+    resolved, budget_note = _all_team_checks(session, principal=principal, resolved=resolved)
+    job = insert_job(session, principal=principal, resolved=resolved, storage=storage)
+    if budget_note is not None:
+        session.add(Event(job_id=job.id, type="budget_exceeded", message=budget_note))
+    if key is not None:
+        session.add(IdempotencyKey(team=principal.team, key=key, body_sha256=digest, job_id=job.id))
+    session.flush()
+    return SubmitResult(job=job_read(job), created=True)
+
+
+def insert_job(
+    session: Session,
+    *,
+    principal: Principal,
+    resolved: dict[str, Any],
+    storage: str,
+    job_id: str | None = None,
+) -> Job:
+    """Write a checked spec as a queued job and its ``submitted`` event (no commit)."""
+    job_id = job_id or new_job_id()
     spec = {**resolved, "training": {**resolved["training"], "output_dir": f"{storage}/{job_id}"}}
     res = spec["resources"]
     priority = spec.get("priority", "normal")
@@ -291,10 +386,8 @@ def _write(
             message=f"submitted by {principal.name}",
         )
     )
-    if key is not None:
-        session.add(IdempotencyKey(team=principal.team, key=key, body_sha256=digest, job_id=job_id))
     session.flush()
-    return SubmitResult(job=job_read(job), created=True)
+    return job
 
 
 def submit_job(
@@ -304,11 +397,7 @@ def submit_job(
     raw: bytes,
     content_type: str | None,
     idempotency_key: str | None,
-    data_roots: list[Path],
-    storage: str,
-    cluster: ClusterResources,
-    allow_pickle_weights: bool = False,
-    ecosystem: EcosystemPolicy | None = None,
+    ctx: SubmitContext,
 ) -> SubmitResult:
     """Validate completely, then store the job in one transaction. Nothing is written on 4xx."""
     require_writer(principal)
@@ -317,13 +406,7 @@ def submit_job(
         if not idempotency_key or len(idempotency_key) > _IDEMPOTENCY_KEY_MAX:
             raise BadRequest("Idempotency-Key: must be 1-255 characters", detail="bad_header")
     document = _parsed(raw, content_type)
-    resolved = _validated(
-        document,
-        data_roots=data_roots,
-        cluster=cluster,
-        allow_pickle_weights=allow_pickle_weights,
-        ecosystem=ecosystem,
-    ).model_dump(mode="json")
+    resolved = _validated_in(document, ctx).model_dump(mode="json")
     digest = body_sha256(document)
     for attempt in range(3):
         try:
@@ -332,7 +415,7 @@ def submit_job(
                     s,
                     principal=principal,
                     resolved=resolved,
-                    storage=storage,
+                    storage=ctx.storage,
                     key=idempotency_key,
                     digest=digest,
                 )

@@ -23,7 +23,7 @@ from service.db.engine import Database
 from service.db.models import Checkpoint, Event, FineTuningJob, Job
 from service.errors import Conflict, NotFound, Unprocessable
 from service.jobs import queries
-from service.jobs.submit import submit_job
+from service.jobs.submit import SubmitContext, submit_job
 from service.launch import ClusterResources
 from service.openai import translate
 from service.openai.catalog import CatalogModel
@@ -79,7 +79,7 @@ def create_ft_job(
     catalog: dict[str, CatalogModel],
     data_roots: list[Path],
     storage: str,
-    cluster: ClusterResources,
+    cluster: ClusterResources | None,
 ) -> dict[str, Any]:
     require_writer(principal)
     model = _catalog_model(catalog, req.model)
@@ -100,9 +100,9 @@ def create_ft_job(
         raw=json.dumps(spec).encode(),
         content_type="application/json",
         idempotency_key=None,
-        data_roots=[*data_roots, files_root(storage)],
-        storage=storage,
-        cluster=cluster,
+        ctx=SubmitContext(
+            data_roots=[*data_roots, files_root(storage)], storage=storage, cluster=cluster
+        ),
     )
 
     def record(session: Session) -> dict[str, Any]:

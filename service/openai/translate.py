@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from service.openai.catalog import CatalogModel
+from shunter.model_names import fine_tuned_model_name
 
 __all__ = [
     "FtStatus",
@@ -46,6 +47,7 @@ _STATUS: dict[str, FtStatus] = {
     "failed": "failed",
     "cancelled": "cancelled",
     "paused": "paused",
+    "pruned": "cancelled",  # a sweep's trial stopped early; OpenAI has no such state
 }
 _DEFAULTS = {"n_epochs": 3, "batch_size": 4, "learning_rate": 1e-3}
 
@@ -134,11 +136,6 @@ def job_spec(
     return spec
 
 
-def fine_tuned_model_name(base: str, team: str, suffix: str | None, job_id: str) -> str:
-    """OpenAI's ``ft:<base>:<org>:<suffix>:<id>`` shape, with our team as the org."""
-    return f"ft:{base}:{team}:{suffix or ''}:{job_id.removeprefix('job-')}"
-
-
 def ft_job(job: Any, ft: Any) -> dict[str, Any]:
     """A ``fine_tuning.job`` object from a ``jobs`` row and its ``fine_tuning_jobs`` row."""
     status = ft_status(job.status)
@@ -205,8 +202,10 @@ def ft_checkpoint(ckpt: Any, *, base: str, team: str, suffix: str | None) -> dic
         "id": f"ftckpt-{ckpt.id}",
         "created_at": _ts(ckpt.created_at),
         "fine_tuning_job_id": ft_job_id(ckpt.job_id),
-        "fine_tuned_model_checkpoint": fine_tuned_model_name(base, team, suffix, ckpt.job_id)
-        + f":ckpt-step-{ckpt.step}",
+        # Resolves (shunter.model_names.model_ref) to this step's model download.
+        "fine_tuned_model_checkpoint": fine_tuned_model_name(
+            base, team, suffix, ckpt.job_id, step=ckpt.step
+        ),
         "step_number": ckpt.step,
         "metrics": metrics,
     }

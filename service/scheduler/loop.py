@@ -1,8 +1,10 @@
 """The scheduler: a loop that places queued jobs on the launcher and keeps active ones honest.
 
 ``Scheduler(settings, db, launcher)``; ``start()`` reconciles (if this process leads) and then
-runs ``tick()`` every ``settings.scheduler_interval_s`` in a daemon thread; ``stop()`` ends it
-and gives up the lease. ``tick()`` is synchronous and unit-tested with ``InMemoryLauncher``.
+runs ``tick()`` every ``settings.scheduler_interval_s`` in a daemon thread, or at once when
+``wake()`` is called (a submit in this process: a job starts without waiting for the next
+tick); ``stop()`` ends it and gives up the lease. ``tick()`` is synchronous and unit-tested
+with ``InMemoryLauncher``.
 One tick:
 
 0. Lead: renew or take the scheduler lease (``scheduler.leader``); a follower does nothing.
@@ -14,13 +16,23 @@ One tick:
    heartbeated: its lease is renewed instead.
 2. Sweep active jobs against the launcher (``service.jobs.reconcile.sweep_active``): finish
    cancels whose Ray job stopped, stop cancelling ones, lose attempts whose driver ended
-   without a final report; stop preemption victims that did not checkpoint in time.
+   without a final report; stop preemption victims that did not checkpoint in time; end
+   hung attempts after dumping their stacks (``service.jobs.hang``). The sweep and the hang
+   watch keep the rows they read across ticks and re-read only the jobs changed since
+   (``db.changes``).
 3. Place: one snapshot (``scheduler.snapshot``) -> ``policy.plan`` (priority class, weighted
    fair share, EASY reservation, gang placement; ``docs/scheduling.md``) -> ask the victims
    to checkpoint now (``scheduler.record.preempt``), claim each job that starts with the
    compare-and-set ``claim_job`` under the leader's fence and submit it
    (``<job id>-<attempt>``); then store every queued job's position, reason and ETA and
-   every running job's expected end.
+   every running job's expected end. Only the first ``SHUNTER_SCHEDULER_MAX_PLAN_DEPTH``
+   queued jobs in policy order are considered (Slurm's ``bf_max_job_test``): deeper ones
+   keep their last position, reason and ETA, marked stale (``jobs.queue_stale``). The
+   queued and active jobs (``job_rows.JobRows``) and the plan's ``QueueIndex`` are kept
+   across ticks: a tick re-reads and re-sorts only the jobs whose rows changed since the
+   last (``scheduler.changes``), and writes only the values that differ from those read.
+   A node the straggler watch cordoned (``service.jobs.straggler``) counts as not alive
+   in this snapshot until its cordon expires.
 
 Free resources: Ray's per-node free CPUs/GPUs count placement-group reservations as used,
 but a job that was just claimed has no placement group yet (its driver is still starting).
@@ -32,34 +44,50 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import logging
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.accounts.auth import hash_token, new_token
 from service.db.engine import Database
-from service.db.models import Job
+from service.db.models import Job, utcnow_py
 from service.errors import IllegalTransition, StaleAttempt
+from service.jobs.hang import HangWatch
+from service.jobs.health_files import files_for
 from service.jobs.loss import LossCause, lose_attempt
+from service.jobs.phases import PhaseMark, record_phase
 from service.jobs.preemption import sweep_overdue
-from service.jobs.reconcile import reconcile_on_start, sweep_active
+from service.jobs.reconcile import kept_active, reconcile_on_start, sweep_active
 from service.jobs.states import (
     claim_job,
     expired_attempts,
     fence_attempt,
 )
+from service.jobs.straggler import cordoned_nodes
 from service.launch import ClusterResources, Launcher, LaunchRequest, LaunchState
+from service.policy import capacity
+from service.policy.eta import estimate_starts
+from service.policy.plan import (
+    NodeFree,
+    Plan,
+    PolicyConfig,
+    QueueDecision,
+    QueueEntry,
+    plan,
+)
+from service.policy.queue_index import QueueIndex
 from service.scheduler import owed, record
+from service.scheduler.cluster_view import ClusterView, without_cordoned
+from service.scheduler.job_rows import JobRows
 from service.scheduler.leader import LeaderLease
-from service.scheduler.policy import capacity
-from service.scheduler.policy.eta import estimate_starts
-from service.scheduler.policy.plan import NodeFree, PolicyConfig, QueueDecision, QueueEntry, plan
 from service.scheduler.snapshot import build_snapshot
+from service.scheduler.usage import Usage
 
-__all__ = ["Scheduler", "TickReport", "effective_free", "never_fits_reason"]
+__all__ = ["Scheduler", "TickReport", "effective_free", "never_fits_reason", "plan_order"]
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +99,9 @@ class TickStats:
     ticks: int = 0
     reservations: int = 0  # ticks whose plan held a reservation
     last_tick_s: float = 0.0
+    # The last placing tick's seconds: snapshot read, plan, owed + preemptions + claims,
+    # ETAs, queue writes (bench/scheduler_scale.py reports it).
+    last_split: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(kw_only=True)
@@ -84,7 +115,17 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
     preempt_timeouts: list[str] = field(default_factory=list)  # stopped: no checkpoint in time
     preempted: list[str] = field(default_factory=list)  # job ids asked to checkpoint and stop
+    hung: list[str] = field(default_factory=list)  # job ids found hung (handled on a thread)
     leader: bool = True  # False: another process holds the scheduler lease; nothing was done
+
+
+def plan_order(p: Plan) -> str:
+    """The plan's order as one log line: position, job, team, started or why it waits."""
+    return "; ".join(
+        f"{d.position}:{d.entry.job_id}({d.entry.team})"
+        + ("=start" if d.start_now else f"={d.wait.kind if d.wait else '?'}")
+        for d in p.decisions
+    )
 
 
 def effective_free(cluster: ClusterResources, active: Sequence[QueueEntry]) -> list[NodeFree]:
@@ -97,20 +138,61 @@ def never_fits_reason(entry: QueueEntry, cluster: ClusterResources) -> str | Non
     return capacity.never_fits_reason(entry, cluster.nodes)
 
 
+def _settle_gc() -> None:
+    """After a full read the kept rows are new long-lived objects (~80,000 at 12,000 jobs,
+    besides the ~130,000 of the imported modules): collect once, then freeze everything
+    alive (``gc.freeze``), so that the collector's full passes, which would scan them all
+    every few ticks (~100 ms each, the tick's p99), skip them. Frozen objects are still freed
+    when nothing refers to them; only cyclic garbage among them waits for the next full read
+    (every ``full_every_s`` at most), which thaws, collects and freezes again. Called between
+    ticks: no session or request of the tick is alive to be frozen with them."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 class Scheduler:
     """See the module docstring. Thread-safe ``tick`` (one at a time, under a lock)."""
 
-    def __init__(self, settings: Any, db: Database, launcher: Launcher) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        db: Database,
+        launcher: Launcher,
+        *,
+        on_phase: Callable[[PhaseMark], None] | None = None,
+        cluster_view: ClusterView | None = None,
+    ) -> None:
         self.settings = settings
         self.db = db
         self.launcher = launcher
+        # Read once per tick; submits check against it instead of calling Ray themselves.
+        self.cluster_view = cluster_view or ClusterView(launcher)
+        self._on_phase = on_phase  # the start-up phase histogram (claimed, launched)
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by wake(): tick now instead of at the interval
         self._thread: threading.Thread | None = None
         # Only the leader ticks; claims are fenced by its epoch (service.scheduler.leader).
         self.lease = LeaderLease(db, lease_s=float(settings.scheduler_lease_s))
         self.stats = TickStats()
         self._reconciled = False
+        # Kept across ticks: the queued and active jobs as last read (a tick re-reads only
+        # the jobs changed since) and the plan's index over the queue (it re-sorts only
+        # those); forgotten on losing the lead and after a failed placement.
+        self._rows = JobRows()
+        self._usage = Usage()  # the teams' usage history, kept likewise
+        self._index = QueueIndex(use_priority=True)
+        # Packings of the running jobs, kept while their inputs are the same (a tick packs
+        # them for the free capacity, the reservation, preemption and the ETAs).
+        self._packs = capacity.PackMemo()
+        self._active = kept_active()  # the active attempts, kept across sweeps
+        self.hang_watch = HangWatch(
+            files=files_for(settings),
+            dump_timeout_s=float(settings.health_hang_dump_timeout_s),
+            max_infra_retries=int(settings.max_infra_retries),
+            background=True,
+        )
 
     # -- loop -------------------------------------------------------------------------
     def start(self) -> None:
@@ -118,6 +200,7 @@ class Scheduler:
         if self.lease.acquire():
             self._reconcile()
         self._stop.clear()
+        self._wake.clear()
         self._thread = threading.Thread(target=self._run, name="shunter-scheduler", daemon=True)
         self._thread.start()
 
@@ -126,17 +209,28 @@ class Scheduler:
         reconcile_on_start(self.db, self.launcher, self.settings)
         self._reconciled = True
 
+    def wake(self) -> None:
+        """Tick as soon as the current tick (if any) ends: something changed (a submit).
+        Wakes that arrive during a tick collapse into one more tick."""
+        self._wake.set()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
             self._thread = None
+        self.hang_watch.close()
         with contextlib.suppress(Exception):  # best effort: the lease expires anyway
             self.lease.release()
 
     def _run(self) -> None:
         interval = float(self.settings.scheduler_interval_s)
-        while not self._stop.wait(interval):
+        while True:
+            self._wake.wait(interval)  # the tick, or earlier on wake()
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 self.tick()
             except Exception:  # one bad tick must not end scheduling
@@ -148,26 +242,50 @@ class Scheduler:
         try:
             return self._tick()
         finally:
+            if self._rows.read_in_full:  # new kept rows: collect and freeze once (_settle_gc)
+                self._rows.read_in_full = False
+                _settle_gc()
             self.stats.ticks += 1
             self.stats.last_tick_s = time.monotonic() - t0
 
     def _tick(self) -> TickReport:
         with self._lock:
+            t0 = time.monotonic()
             report = TickReport()
             if not self.lease.acquire():  # another process leads: it does all the work
                 self._reconciled = False  # on taking over, first reconcile what it launched
+                self._forget()
                 report.leader = False
+                with contextlib.suppress(Exception):  # this process's submits read the view
+                    self.cluster_view.refresh()
                 return report
             if not self._reconciled:
                 self._reconcile()
             self._reap(report)
             max_retries = int(self.settings.max_infra_retries)
-            swept = sweep_active(self.db, self.launcher, max_infra_retries=max_retries)
+            swept = sweep_active(
+                self.db, self.launcher, max_infra_retries=max_retries, kept=self._active
+            )
             report.swept = {k: str(v) for k, v in swept.items()}
             timeout = float(self.settings.preempt_checkpoint_timeout_s)
             report.preempt_timeouts = sweep_overdue(self.db, self.launcher, timeout_s=timeout)
-            self._place(report)
+            report.hung = self.hang_watch.sweep(self.db, self.launcher)
+            sweeps_s = time.monotonic() - t0
+            try:
+                with capacity.memo(self._packs):
+                    self._place(report)
+            except Exception:
+                self._forget()  # nothing kept from a tick that failed half-way
+                raise
+            self.stats.last_split["sweeps"] = sweeps_s
             return report
+
+    def _forget(self) -> None:
+        self._rows = JobRows()
+        self._usage = Usage()
+        self._index = QueueIndex(use_priority=True)
+        self._packs = capacity.PackMemo()
+        self._active = kept_active()
 
     def _reap(self, report: TickReport) -> None:
         for attempt in self.db.read(expired_attempts):
@@ -215,12 +333,29 @@ class Scheduler:
         """Snapshot -> ``policy.plan`` -> preempt, claim and submit; store the queue's
         positions, reasons and ETAs (``scheduler.record``)."""
         try:
-            cluster = self.launcher.cluster()
-        except Exception as e:  # Ray unreachable: leave the queue as it is
+            cluster = self.cluster_view.refresh()
+        except Exception as e:  # Ray unreachable: nothing starts, and the queue says why
             report.errors.append(f"cluster: {e}")
+            reason = f"waiting: the cluster (Ray) is unreachable: {type(e).__name__}: {e}"
+            report.waiting = self.db.write(lambda s: record.mark_unreachable(s, reason=reason))
+            self._forget()  # those reasons are not stamped: read the queue again next tick
             return
         half_life = float(self.settings.fairshare_half_life_s)
-        snap = self.db.read(lambda s: build_snapshot(s, cluster=cluster, half_life_s=half_life))
+        t0 = time.perf_counter()
+        cordoned = self.db.read(lambda s: cordoned_nodes(s, now=utcnow_py()))
+        cluster = without_cordoned(cluster, cordoned)  # straggler cordons, until they expire
+        rows, usage = self._rows, self._usage
+        snap = self.db.read(
+            lambda s: build_snapshot(
+                s, cluster=cluster, half_life_s=half_life, rows=rows, usage=usage
+            )
+        )
+        changed = rows.take_changed()
+        if changed is None:  # read in full: compare every entry
+            self._index = self._index.sync(snap.queued)
+        else:
+            self._index.update(changed)
+        snap = replace(snap, index=self._index)
         if not snap.queued and not snap.active:
             return
         cfg = PolicyConfig.named(
@@ -228,7 +363,13 @@ class Scheduler:
             grace_s=float(self.settings.fairshare_grace_s),
             min_runtime_s=float(self.settings.preempt_min_runtime_s),
         )
-        p = plan(snap, cfg)
+        t1 = time.perf_counter()
+        p = plan(snap, cfg, max_depth=int(self.settings.scheduler_max_plan_depth))
+        if p.deferred:
+            log.debug("plan: %d queued jobs past the plan depth keep their last ETA", p.deferred)
+        if log.isEnabledFor(logging.DEBUG):  # the order at the deciding tick (fair-order bugs)
+            log.debug("plan order: %s", plan_order(p))
+        t2 = time.perf_counter()
         self.db.write(
             lambda s: (
                 owed.advance(s, snap=snap, half_life_s=half_life) if self.lease.fence(s) else None
@@ -241,29 +382,49 @@ class Scheduler:
                 report.preempted.append(v.victim.job_id)
         for d in p.starts:
             self._start(d, report)
-        etas = estimate_starts(snap, cfg) if snap.queued else {}
+        t3 = time.perf_counter()
+        etas = estimate_starts(snap, plan_now=p) if p.decisions else {}
+        t4 = time.perf_counter()
         reasons = {d.entry.job_id: d.reason for d in p.decisions if d.reason is not None}
-        self.db.write(
+        written = self.db.write(
             lambda s: record.store_queue(
-                s, plan=p, reasons=reasons, starts=etas, active=snap.active
+                s,
+                plan=p,
+                reasons=reasons,
+                starts=etas,
+                snap=snap,
+                computed_at=snap.now,
+                stored=rows,
+                fence=self.lease.fence,
             )
         )
+        rows.wrote(written)  # committed: not stamped, so applied to what is kept here
         report.waiting = reasons
+        self.stats.last_split = {
+            "snapshot": t1 - t0,
+            "plan": t2 - t1,
+            "starts": t3 - t2,
+            "etas": t4 - t3,
+            "writes": time.perf_counter() - t4,
+        }
 
     def _start(self, d: QueueDecision, report: TickReport) -> None:
         token = new_token()
         lease = float(self.settings.lease_seconds)
-        attempt = self.db.write(
-            lambda s: (
-                claim_job(
-                    s, job_id=d.entry.job_id, token_hash=hash_token(token), lease_seconds=lease
-                )
-                if self.lease.fence(s)  # a deposed leader claims nothing
-                else None
-            )
-        )
+        job_id = d.entry.job_id
+
+        def _claim(s: Any) -> tuple[Any, PhaseMark | None]:
+            if not self.lease.fence(s):  # a deposed leader claims nothing
+                return None, None
+            got = claim_job(s, job_id=job_id, token_hash=hash_token(token), lease_seconds=lease)
+            if got is None:
+                return None, None
+            return got, record_phase(s, job_id=job_id, attempt=got.number, phase="claimed")
+
+        attempt, claimed = self.db.write(_claim)
         if attempt is None:  # cancelled or claimed by another scheduler meanwhile
             return
+        self._observe(claimed)
         req = LaunchRequest(
             submission_id=attempt.submission_id,
             job_id=d.entry.job_id,
@@ -295,3 +456,12 @@ class Scheduler:
                 )
             return
         report.started.append(req.submission_id)
+        self._observe(
+            self.db.write(
+                lambda s: record_phase(s, job_id=req.job_id, attempt=req.attempt, phase="launched")
+            )
+        )
+
+    def _observe(self, mark: PhaseMark | None) -> None:
+        if mark is not None and self._on_phase is not None:
+            self._on_phase(mark)

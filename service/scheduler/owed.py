@@ -11,13 +11,26 @@ nothing queued or running, accrues at most ``MAX_STEP_S`` at the rates seen when
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+from collections.abc import Mapping
+from typing import NamedTuple
+
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.db.models import Team
-from service.scheduler.policy.capacity import place_gang
-from service.scheduler.policy.fairshare import advance_owed, dominant_share
-from service.scheduler.policy.snapshot import QueueEntry, Snapshot
+from service.policy.capacity import place_gang
+from service.policy.fairshare import advance_owed, dominant_share
+from service.policy.queue_index import Shape, shape_of
+from service.policy.snapshot import Snapshot
+
+
+class _ShapeGang(NamedTuple):
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
 
 __all__ = ["MAX_STEP_S", "advance", "shares"]
 
@@ -27,31 +40,48 @@ MAX_STEP_S = 300.0
 def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]]:
     """(held, demand) dominant shares per team, and the teams with work waiting: demand =
     held + queued jobs that fit the cluster (a job larger than the cluster is no demand on
-    it, and does not make its team wait)."""
+    it, and does not make its team wait). The queued jobs are read per team and shape
+    (``snap.index`` when the caller keeps one: no pass over the queue), and each sum is
+    exact (``math.fsum``), so it does not depend on the order the jobs are added in."""
     cpus = sum(n.cpus for n in snap.totals)
     gpus = sum(n.gpus for n in snap.totals)
-    held: dict[str, list[float]] = {}
-    demand: dict[str, list[float]] = {}
+    held: dict[str, tuple[list[float], list[float]]] = {}
+    demand: dict[str, tuple[list[float], list[float]]] = {}
     waiting: set[str] = set()
+    running = Counter((a.entry.team, shape_of(a.entry)) for a in snap.active)
+    for (team, (workers, cpw, gpw)), k in running.items():
+        for to in (held, demand):
+            cs, gs = to.setdefault(team, ([], []))
+            cs.append(k * workers * cpw)
+            gs.append(k * workers * gpw)
+    fits: dict[Shape, bool] = {}
+    for team, per_shape in _queued(snap).items():
+        for shape, n in per_shape.items():
+            if shape not in fits:
+                fits[shape] = place_gang(_ShapeGang(*shape), snap.totals) is not None
+            if fits[shape] and n > 0:
+                cs, gs = demand.setdefault(team, ([], []))
+                cs.append(n * shape[0] * shape[1])
+                gs.append(n * shape[0] * shape[2])
+                waiting.add(team)
 
-    def add(to: dict[str, list[float]], e: QueueEntry) -> None:
-        c, g = to.setdefault(e.team, [0.0, 0.0])
-        to[e.team] = [c + e.cpus, g + e.gpus]
-
-    for a in snap.active:
-        add(held, a.entry)
-        add(demand, a.entry)
-    for e in snap.queued:
-        if place_gang(e, snap.totals) is not None:
-            add(demand, e)
-            waiting.add(e.team)
-
-    def share(of: dict[str, list[float]]) -> dict[str, float]:
+    def share(of: dict[str, tuple[list[float], list[float]]]) -> dict[str, float]:
         return {
-            t: dominant_share(c, g, total_cpus=cpus, total_gpus=gpus) for t, (c, g) in of.items()
+            t: dominant_share(math.fsum(c), math.fsum(g), total_cpus=cpus, total_gpus=gpus)
+            for t, (c, g) in of.items()
         }
 
     return share(held), share(demand), waiting
+
+
+def _queued(snap: Snapshot) -> Mapping[str, Mapping[Shape, int]]:
+    """Team -> gang shape -> how many of its jobs are queued."""
+    if snap.index is not None:
+        return snap.index.team_shapes
+    out: dict[str, Counter[Shape]] = {}
+    for e in snap.queued:
+        out.setdefault(e.team, Counter())[shape_of(e)] += 1
+    return out
 
 
 def advance(session: Session, *, snap: Snapshot, half_life_s: float) -> None:

@@ -15,24 +15,36 @@ the tick it is submitted. Trace and output formats: ``docs/scheduling.md``.
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
-from collections.abc import Mapping, Sequence
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from service.scheduler.policy.capacity import NodeFree, place_gang, take
-from service.scheduler.policy.eta import estimate_starts, running_end
-from service.scheduler.policy.fairshare import advance_owed, decay_step, dominant_share
-from service.scheduler.policy.plan import PolicyConfig, plan
-from service.scheduler.policy.preemption import PreemptRules
-from service.scheduler.policy.snapshot import (
+from service.policy.capacity import EPS, NodeFree, pack, place_gang, take
+from service.policy.eta import estimate_starts, running_end
+from service.policy.fairshare import (
+    advance_owed,
+    decay_step,
+    dominant_share,
+    entitlements,
+)
+from service.policy.order import static_key
+from service.policy.plan import PolicyConfig, plan
+from service.policy.preemption import PreemptRules
+from service.policy.queue_index import QueueIndex
+from service.policy.snapshot import (
     PRIORITY_RANK,
     ActiveJob,
     QueueEntry,
     Snapshot,
     TeamQuota,
     TeamState,
+    queue_entry,
 )
 from service.scheduler.sim_report import Interval, summarize
 
@@ -78,6 +90,27 @@ class SimConfig:
     # is owed is not forgotten within a trace of hours.
     half_life_s: float = 7 * 24 * 3600.0
     eta: bool = True
+    # ETAs as the live loop gives them: only the first ``eta_depth`` queued jobs in policy
+    # order get one (SHUNTER_SCHEDULER_MAX_PLAN_DEPTH's default); a job submitted deeper
+    # takes its first estimate at a later ETA tick that finds it within the depth. ETA
+    # ticks: a tick with a submit, and every ``eta_refresh_s`` while some queued job has
+    # none. None: every job's first estimate is taken at its submit (the forward run over
+    # the whole queue at every submit tick).
+    eta_depth: int | None = 500
+    eta_refresh_s: float = 600.0
+    # Plan only at ticks where some decision could change (``_Sim._quiet``); the decisions
+    # are the same as planning at every tick (tested), only faster.
+    skip_quiet_ticks: bool = True
+
+
+def _rank(priority: str) -> int:
+    return PRIORITY_RANK.get(priority, 1)
+
+
+class _Shape(NamedTuple):
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
 
 
 @dataclass(kw_only=True)
@@ -93,6 +126,11 @@ class _State:
     preemptions: int = 0
     estimate: float | None = None
     finished: bool = False
+    fits_ever: bool = True
+    entry: QueueEntry | None = None  # the policy's view, kept until it changes (a stop)
+    active: ActiveJob | None = None  # kept until its step rate is known
+    rate_known: bool = False
+    placement: list[str] = field(default_factory=list)
 
 
 def _at(s: float) -> datetime:
@@ -126,55 +164,76 @@ class _Sim:
             self.teams.setdefault(j.team, SimTeam())
         self.pending = sorted(jobs, key=lambda j: (j.submit_s, j.id))
         self.state: dict[str, _State] = {}
-        self.queued: list[str] = []
+        self.queued: list[str] = []  # in static order (class, waiting time, id)
+        # The same jobs per team and shape, kept for the policy across ticks.
+        self.index = QueueIndex(use_priority=self.policy.use_priority)
         self.running: list[str] = []  # in start order
         self.history: dict[str, tuple[float, float]] = {}  # team -> decayed (cpus, gpus)
         self.owed: dict[str, float] = {}  # team -> share-seconds owed (advance_owed)
         self.intervals: list[Interval] = []
         self.now = 0.0
+        self.free = list(self.totals)  # what the running jobs leave, placed where they started
+        # Per team, kept as jobs come and go (the clock reads them at every step):
+        self.held: dict[str, list[float]] = {name: [0.0, 0.0] for name in self.teams}
+        self.held_jobs: Counter[str] = Counter()  # team -> running jobs
+        self.never_fits: dict[tuple[int, float, float], str | None] = {}  # for the policy
+        self.fits: dict[tuple[int, float, float], bool] = {}  # shape -> fits the totals
+        self.demand: dict[str, list[float]] = {}  # queued + running jobs that fit the cluster
+        self.waiting: dict[str, int] = {}  # queued jobs that fit the cluster
+        self.tick_s: list[float] = []  # the policy's decision time per tick (plan + ETAs)
+        self.skipped = 0  # ticks at which nothing could change (not planned)
+        self.shapes: dict[str, Counter[_Shape]] = {}  # team -> queued shapes that fit ever
+        self.queued_teams: Counter[str] = Counter()  # every queued job, fits or not
+        self._free: list[NodeFree] | None = None  # the packing of the running jobs
+        self._placements: list[list[str] | None] = []  # and where it put each
+        self._packed_all = True  # that packing placed every running job
+        self.finishes: list[tuple[float, str, float]] = []  # heap: (end, job, attempt start)
+        self.no_eta: set[str] = set()  # queued jobs without an estimate yet
+        self.eta_at = -math.inf  # the last ETA tick
 
     # -- the policy's view ------------------------------------------------------------
     def _entry(self, st: _State) -> QueueEntry:
-        j = st.job
-        return QueueEntry(
-            job_id=j.id,
-            team=j.team,
-            priority=st.priority,
-            created_at=_at(j.submit_s),
-            num_workers=j.num_workers,
-            cpus_per_worker=j.cpus_per_worker,
-            gpus_per_worker=j.gpus_per_worker,
-            queued_since=_at(st.queued_since),
-            max_runtime_s=j.max_runtime_s,
-            run_s=st.run_s,
-            preemptible=j.preemptible,
-        )
+        if st.entry is None:
+            st.entry = queue_entry(
+                job_id=st.job.id,
+                team=st.job.team,
+                priority=st.priority,
+                gang=st.job,
+                created_at=_at(st.job.submit_s),
+                queued_since=_at(st.queued_since),
+                max_runtime_s=st.job.max_runtime_s,
+                run_s=st.run_s,
+                preemptible=st.job.preemptible,
+            )
+        return st.entry
 
     def _active(self, st: _State) -> ActiveJob:
+        """Its expected end as the live loop reads it: max_runtime until the trainer has
+        reported steps (``report_delay_s``), then the step rate, as measured at that moment.
+        The same whenever it is asked (a skipped tick changes nothing)."""
         assert st.attempt_start is not None
-        elapsed = self.now - st.attempt_start
-        rate = None
-        if elapsed >= self.cfg.report_delay_s:  # the trainer has reported steps by now
-            rate = (self._done(st) - st.attempt_done0) / elapsed
+        known = self.now - st.attempt_start >= self.cfg.report_delay_s
+        if st.active is not None and st.rate_known == known:
+            return st.active
+        at, rate = st.attempt_start, None
+        if known:  # the trainer has reported steps by now
+            at = st.attempt_start + self.cfg.report_delay_s
+            rate = (self._done_at(st, at) - st.attempt_done0) / self.cfg.report_delay_s
         end = running_end(
-            now=_at(self.now),
+            now=_at(at),
             started_at=_at(st.attempt_start),
             steps_per_s=rate,
-            steps_left=math.ceil(st.job.duration_s - self._done(st)),
+            steps_left=math.ceil(st.job.duration_s - self._done_at(st, at)),
             max_runtime_s=st.job.max_runtime_s,
             run_s_before=st.run_s,
         )
-        return ActiveJob(
+        st.active = ActiveJob(
             entry=self._entry(st), started_at=_at(st.attempt_start), expected_end_at=end
         )
+        st.rate_known = known
+        return st.active
 
     def _snapshot(self) -> Snapshot:
-        active = [self._active(self.state[i]) for i in self.running]
-        free = list(self.totals)
-        for a in active:
-            placement = place_gang(a.entry, free)
-            if placement is not None:
-                free = take(free, placement, a.entry)
         teams = {
             name: TeamState(
                 weight=t.weight,
@@ -184,28 +243,218 @@ class _Sim:
             )
             for name, t in self.teams.items()
         }
-        queued = [self._entry(self.state[i]) for i in self.queued]
+        free = self._packing()
         return Snapshot(
             now=_at(self.now),
             totals=self.totals,
             free=free,
-            queued=queued,
-            active=active,
+            queued=_Queued(self, tuple(self.queued)),
+            active=[self._active(self.state[i]) for i in self.running],
             teams=teams,
+            index=self.index,
+            active_packing=(free, self._placements),
+            held={t: (self.held_jobs[t], h[0], h[1]) for t, h in self.held.items()},
+            never_fits=self.never_fits,
         )
+
+    def _packing(self) -> list[NodeFree]:
+        """Free capacity: the node totals minus our packing of the running jobs, in start
+        order (what ``capacity.free_now`` gives the live loop). Kept across ticks: a start
+        packs one more job last (``pack`` is that loop, one gang at a time); a stop packs
+        again only the jobs after the one that stopped, from what the jobs before it left
+        (``_unpack``)."""
+        if self._free is None:
+            free, placements = pack(self.totals, [self.state[i].job for i in self.running])
+            self._packed_all = all(p is not None for p in placements)
+            self._free, self._placements = free, placements
+        return self._free
+
+    def _pack_started(self, job: SimJob) -> None:
+        """``job`` started (last in start order): pack it onto the kept packing."""
+        if self._free is None:
+            return
+        placement = place_gang(job, self._free)  # as ``pack`` places it, in O(nodes)
+        if placement is not None:
+            self._free = take(self._free, placement, job)
+        self._placements.append(placement)
+        self._packed_all = self._packed_all and placement is not None
+
+    def _unpack(self, k: int, stopped: SimJob) -> None:
+        """The running job at position ``k`` stopped (already out of ``running``): give
+        back what it and every job after it were packed on, then pack those after it again
+        in order, as a whole ``pack`` would from what the first ``k`` left."""
+        if self._free is None:
+            return
+        placements = self._placements
+        back: dict[str, list[float]] = {}
+        for pos in range(k, len(placements)):
+            pl = placements[pos]
+            if pl is None:
+                continue
+            j = self.state[self.running[pos - 1]].job if pos > k else stopped
+            for nid in pl:
+                b = back.setdefault(nid, [0.0, 0.0])
+                b[0] += j.cpus_per_worker
+                b[1] += j.gpus_per_worker
+        prefix = [
+            NodeFree(
+                node_id=n.node_id,
+                cpus=n.cpus + back[n.node_id][0],
+                gpus=n.gpus + back[n.node_id][1],
+            )
+            if n.node_id in back
+            else n
+            for n in self._free
+        ]
+        after = [self.state[i].job for i in self.running[k:]]
+        free, again = pack(prefix, after)
+        self._free = free
+        self._placements = placements[:k] + again
+        self._packed_all = all(p is not None for p in self._placements)
+
+    def _quiet(self) -> bool:
+        """True when planning now could neither start nor preempt anything, whatever the
+        order (which the owed accounts move between ticks). Sound, not complete: each test
+        below is implied by what ``policy.plan`` needs to start or preempt a job.
+
+        - start: some queued shape fits the free capacity (free changes only at events);
+        - priority preemption: a queued job of a higher class than a running preemptible one;
+        - fair-share preemption: a team whose smallest queued job keeps it within its fair
+          share, and another team above its share with a preemptible job running;
+        - a reservation taken back (``reclaim_victims``): some queued job fits, by totals
+          alone, once the running jobs that could be its borrowers, and those past their
+          expected end, are gone."""
+        free = self._packing()
+        if not self._packed_all:
+            return False
+        shapes = {s for c in self.shapes.values() for s in c}
+        if any(place_gang(s, free) is not None for s in shapes):
+            return False
+        rules = self.policy.preempt
+        running = [self.state[i] for i in self.running]
+        if rules.by_priority and self.queued:
+            first = _rank(self.state[self.queued[0]].priority)  # the queue is in class order
+            if any(st.job.preemptible and _rank(st.priority) > first for st in running):
+                return False
+        if rules.by_fair_share:
+            demanding = set(+self.queued_teams) | {st.job.team for st in running}
+            fair = entitlements({t: self.teams[t].weight for t in sorted(demanding)})
+            shares = {t: self._share(*self.held.get(t, (0.0, 0.0))) for t in demanding}
+            above = {st.job.team for st in running if st.job.preemptible} & {
+                t for t in demanding if shares[t] > fair[t]
+            }
+            for team, c in self.shapes.items():
+                smallest = min(
+                    (
+                        self._share(
+                            s.num_workers * s.cpus_per_worker, s.num_workers * s.gpus_per_worker
+                        )
+                        for s in c
+                    ),
+                    default=None,
+                )
+                if smallest is None or shares[team] + smallest > fair[team] + 1e-9:
+                    continue
+                if above - {team}:
+                    return False
+        if self.policy.reservations and rules.by_reservation:
+            seen: set[tuple[_Shape, int]] = set()
+            for i in self.queued:  # class, then waiting time: each group's oldest first
+                st = self.state[i]
+                j = st.job
+                group = (
+                    _Shape(j.num_workers, j.cpus_per_worker, j.gpus_per_worker),
+                    _rank(st.priority),
+                )
+                if not st.fits_ever or group in seen:
+                    continue
+                seen.add(group)
+                cpus, gpus = self.total_cpus, self.total_gpus
+                for r in running:
+                    a = self._active(r)
+                    gone = a.expected_end_at is not None and _secs(a.expected_end_at) <= self.now
+                    borrower = (
+                        r.job.preemptible
+                        and (r.attempt_start or 0.0) > st.queued_since
+                        and _rank(r.priority) >= group[1]
+                    )
+                    if not (gone or borrower):
+                        cpus -= r.job.num_workers * r.job.cpus_per_worker
+                        gpus -= r.job.num_workers * r.job.gpus_per_worker
+                if (
+                    cpus + EPS >= j.num_workers * j.cpus_per_worker
+                    and gpus + EPS >= j.num_workers * j.gpus_per_worker
+                ):
+                    return False
+        return True
 
     # -- job bookkeeping --------------------------------------------------------------
     def _done(self, st: _State) -> float:
+        return self._done_at(st, self.now)
+
+    def _done_at(self, st: _State, t: float) -> float:
         if st.attempt_start is None:
             return st.done
-        return min(st.done + (self.now - st.attempt_start), st.job.duration_s)
+        return min(st.done + (t - st.attempt_start), st.job.duration_s)
 
-    def _start(self, job_id: str) -> None:
+    def _count(self, st: _State, *, held: int = 0, demand: int = 0, waiting: int = 0) -> None:
+        j, team = st.job, st.job.team
+        cpus, gpus = j.num_workers * j.cpus_per_worker, j.num_workers * j.gpus_per_worker
+        h = self.held.setdefault(team, [0.0, 0.0])
+        h[0] += held * cpus
+        h[1] += held * gpus
+        self.held_jobs[team] += held
+        if st.fits_ever:
+            d = self.demand.setdefault(team, [0.0, 0.0])
+            d[0] += demand * cpus
+            d[1] += demand * gpus
+            self.waiting[team] = self.waiting.get(team, 0) + waiting
+            if not self.waiting[team]:
+                del self.waiting[team]
+            shapes = self.shapes.setdefault(team, Counter())
+            shapes[_Shape(j.num_workers, j.cpus_per_worker, j.gpus_per_worker)] += waiting
+            self.shapes[team] = +shapes
+            if d == [0.0, 0.0]:
+                del self.demand[team]
+
+    def _submit(self, j: SimJob) -> None:
+        st = _State(job=j, priority=self._capped(j), queued_since=j.submit_s)
+        shape = (j.num_workers, j.cpus_per_worker, j.gpus_per_worker)
+        if shape not in self.fits:
+            self.fits[shape] = place_gang(j, self.totals) is not None
+        st.fits_ever = self.fits[shape]
+        self.state[j.id] = st
+        self.no_eta.add(j.id)
+        self._enqueue(st)
+        self._count(st, demand=1, waiting=1)
+
+    def _enqueue(self, st: _State) -> None:
+        """The queue is kept in the policy's static order (class, waiting time, id) across
+        ticks, so ordering it each tick is a linear pass over sorted input."""
+        self.queued_teams[st.job.team] += 1
+        self.index.add(self._entry(st))
+        key = static_key(self._entry(st), use_priority=True)
+        at = bisect.bisect(
+            self.queued,
+            key,
+            key=lambda i: static_key(self._entry(self.state[i]), use_priority=True),
+        )
+        self.queued.insert(at, st.job.id)
+
+    def _start(self, job_id: str, placement: list[str]) -> None:
         st = self.state[job_id]
         st.attempt_start = self.now
         st.attempt_done0 = st.done
+        st.placement = list(placement)
+        self.free = take(self.free, placement, st.job)
         self.queued.remove(job_id)
+        self.no_eta.discard(job_id)
+        self.index.remove(self._entry(st))
+        self.queued_teams[st.job.team] -= 1
         self.running.append(job_id)
+        self._pack_started(st.job)
+        heapq.heappush(self.finishes, (self._finish_time(job_id), job_id, self.now))
+        self._count(st, held=1, waiting=-1)
 
     def _stop(self, job_id: str, *, finished: bool) -> None:
         st = self.state[job_id]
@@ -213,19 +462,31 @@ class _Sim:
         done = self._done(st)
         st.runs.append([st.attempt_start, self.now])
         st.run_s += self.now - st.attempt_start
+        back = {nid: st.placement.count(nid) for nid in set(st.placement)}
+        self.free = [
+            NodeFree(
+                node_id=n.node_id,
+                cpus=n.cpus + back[n.node_id] * st.job.cpus_per_worker,
+                gpus=n.gpus + back[n.node_id] * st.job.gpus_per_worker,
+            )
+            if n.node_id in back
+            else n  # untouched nodes are kept, not rebuilt
+            for n in self.free
+        ]
+        st.attempt_start, st.active, st.entry, st.placement = None, None, None, []
+        k = self.running.index(job_id)
+        del self.running[k]
+        self._unpack(k, st.job)
         if finished:
             st.done, st.finished = st.job.duration_s, True
+            self._count(st, held=-1, demand=-1)
         else:  # preempted: keep the work up to the last periodic checkpoint
             every = self.cfg.checkpoint_interval_s
             st.done = math.floor(done / every) * every if every > 0 else done
             st.preemptions += 1
             st.queued_since = self.now
-            self.queued.append(job_id)
-        st.attempt_start = None
-        self.running.remove(job_id)
-
-    def _fits_ever(self, job_id: str) -> bool:
-        return place_gang(self.state[job_id].job, self.totals) is not None
+            self._enqueue(st)
+            self._count(st, held=-1, waiting=1)
 
     def _finish_time(self, job_id: str) -> float:
         """When the attempt ends: its work is done, or max_runtime (across attempts) is up."""
@@ -241,27 +502,15 @@ class _Sim:
         dt = to - self.now
         if dt <= 0:
             return
-        held: dict[str, list[float]] = {name: [0.0, 0.0] for name in self.teams}
-        for i in self.running:
-            j = self.state[i].job
-            held[j.team][0] += j.num_workers * j.cpus_per_worker
-            held[j.team][1] += j.num_workers * j.gpus_per_worker
+        held = self.held
         for team, (cpus, gpus) in held.items():
             hc, hg = self.history.get(team, (0.0, 0.0))
             self.history[team] = (
                 decay_step(hc, cpus, dt_s=dt, half_life_s=self.cfg.half_life_s),
                 decay_step(hg, gpus, dt_s=dt, half_life_s=self.cfg.half_life_s),
             )
-        demand: dict[str, list[float]] = {}
-        for i in (*self.queued, *self.running):
-            if not self._fits_ever(i):  # a job larger than the cluster is no demand on it
-                continue
-            j = self.state[i].job
-            d = demand.setdefault(j.team, [0.0, 0.0])
-            d[0] += j.num_workers * j.cpus_per_worker
-            d[1] += j.num_workers * j.gpus_per_worker
-        waiting = [i for i in self.queued if self._fits_ever(i)]
-        waiting_teams = frozenset(self.state[i].job.team for i in waiting)
+        demand = self.demand
+        waiting_teams = frozenset(self.waiting)
         self.owed = advance_owed(
             self.owed,
             held={t: self._share(*h) for t, h in held.items()},
@@ -277,7 +526,7 @@ class _Sim:
                 end_s=to,
                 held={t: (c, g) for t, (c, g) in held.items()},
                 demand={t: (c, g) for t, (c, g) in demand.items()},
-                waiting=len(waiting),
+                waiting=sum(self.waiting.values()),
                 waiting_teams=waiting_teams,
             )
         )
@@ -289,7 +538,12 @@ class _Sim:
     def run(self) -> None:
         nxt = 0
         while nxt < len(self.pending) or self.queued or self.running:
-            candidates = [self._finish_time(i) for i in self.running]
+            while (
+                self.finishes
+                and self.state[self.finishes[0][1]].attempt_start != self.finishes[0][2]
+            ):
+                heapq.heappop(self.finishes)  # that attempt was preempted
+            candidates = [self.finishes[0][0]] if self.finishes else []
             if nxt < len(self.pending):
                 candidates.append(self.pending[nxt].submit_s)
             if self.queued and self.running:  # only ticks while something can change
@@ -297,17 +551,23 @@ class _Sim:
             if not candidates:
                 break  # queued jobs that can never start (larger than the cluster)
             self._advance(max(min(candidates), self.now))
-            for i in list(self.running):
-                if self._finish_time(i) <= self.now + 1e-9:
-                    self._stop(i, finished=True)
+            ended = []
+            while self.finishes and self.finishes[0][0] <= self.now + 1e-9:
+                _, i, started = heapq.heappop(self.finishes)
+                if self.state[i].attempt_start == started:
+                    ended.append(i)
+            for i in sorted(ended, key=self.running.index):  # in start order, as before
+                self._stop(i, finished=True)
             new: list[str] = []
             while nxt < len(self.pending) and self.pending[nxt].submit_s <= self.now:
                 j = self.pending[nxt]
                 nxt += 1
-                self.state[j.id] = _State(job=j, priority=self._capped(j), queued_since=j.submit_s)
-                self.queued.append(j.id)
+                self._submit(j)
                 new.append(j.id)
-            self._tick(new)
+            if ended or new or not self.cfg.skip_quiet_ticks or not self._quiet():
+                self._tick(new)
+            else:
+                self.skipped += 1
 
     def _capped(self, j: SimJob) -> str:
         """A priority above the team's max_priority is refused live (403); here, capped."""
@@ -315,21 +575,41 @@ class _Sim:
         return cap if PRIORITY_RANK.get(j.priority, 1) < PRIORITY_RANK.get(cap, 1) else j.priority
 
     def _tick(self, new: Sequence[str]) -> None:
+        t0 = time.perf_counter()
         snap = self._snapshot()
-        if new and self.cfg.eta:
-            etas = estimate_starts(snap, self.policy, want=new)
-            for i in new:
+        depth = self.cfg.eta_depth
+        eta = self.cfg.eta and (
+            bool(new)
+            or (
+                depth is not None
+                and bool(self.no_eta)
+                and self.now >= self.eta_at + self.cfg.eta_refresh_s
+            )
+        )
+        # The pass stops once nothing more can start; with ETAs to take, it carries on
+        # ordering (no decisions) the jobs behind up to the depth, for the forward run.
+        p = plan(snap, self.policy, complete=False, order_depth=depth if eta else 0)
+        if eta:
+            self.eta_at = self.now
+            want = (
+                list(new)
+                if depth is None
+                else [e.job_id for e in p.in_order()[:depth] if e.job_id in self.no_eta]
+            )
+            etas = estimate_starts(snap, plan_now=p, want=want)
+            for i in want:
                 if i in etas:
                     self.state[i].estimate = _secs(etas[i])
-        p = plan(snap, self.policy)
+                    self.no_eta.discard(i)
         if p.preemptions:
             for v in p.preemptions:
                 self._stop(v.victim.job_id, finished=False)
             # The victims' capacity is free now: plan again so the job they made room for
             # starts at this tick (live, it starts once the victims have checkpointed).
-            p = plan(self._snapshot(), replace(self.policy, preempt=_NO_PREEMPT))
+            p = plan(self._snapshot(), replace(self.policy, preempt=_NO_PREEMPT), complete=False)
         for d in p.starts:
-            self._start(d.entry.job_id)
+            self._start(d.entry.job_id, d.placement)
+        self.tick_s.append(time.perf_counter() - t0)
 
     def result(self) -> dict[str, Any]:
         jobs = [
@@ -350,7 +630,43 @@ class _Sim:
             total_cpus=self.total_cpus,
             total_gpus=self.total_gpus,
         )
-        return {"jobs": jobs, "summary": {"policy": self.cfg.policy, **summary}}
+        return {
+            "jobs": jobs,
+            "summary": {
+                "policy": self.cfg.policy,
+                **summary,
+                "decision_s": {**_spread(self.tick_s), "skipped_ticks": self.skipped},
+            },
+        }
+
+
+class _Queued(Sequence[QueueEntry]):
+    """The queued jobs' entries as the snapshot's ``queued``, built only if read (the
+    policy reads the simulator's ``QueueIndex``); valid until the simulator moves on."""
+
+    def __init__(self, sim: _Sim, ids: tuple[str, ...]) -> None:
+        self.sim, self.ids = sim, ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> QueueEntry:  # type: ignore[override]
+        return self.sim._entry(self.sim.state[self.ids[i]])
+
+    def __iter__(self) -> Iterator[QueueEntry]:
+        return (self.sim._entry(self.sim.state[i]) for i in self.ids)
+
+
+def _spread(xs: Sequence[float]) -> dict[str, float | int]:
+    """p50, p99 and max of the policy's decision time per tick (wall seconds)."""
+    s = sorted(xs)
+    if not s:
+        return {"ticks": 0, "p50": 0.0, "p99": 0.0, "max": 0.0}
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * len(s)))], 6)
+
+    return {"ticks": len(s), "p50": at(0.5), "p99": at(0.99), "max": round(s[-1], 6)}
 
 
 def simulate(

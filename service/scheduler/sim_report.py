@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from service.scheduler.policy.fairshare import max_min_fair
+from service.policy.fairshare import max_min_fair
 
 __all__ = ["Interval", "jain", "percentile", "summarize"]
 

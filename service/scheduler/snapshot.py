@@ -1,42 +1,33 @@
 """The database and the launcher's cluster view -> one ``policy.Snapshot``.
 
-Shared by the live loop and anything that shows the loop's decisions. Reads, per tick:
-queued and active jobs, their attempts (run time so far, when each re-entered the queue,
-checkpoint-now requests), each running attempt's step rate from its metric points, and each
-team's weight, quota and decayed usage history (``policy.fairshare.decayed_average`` over its
-attempts' run intervals, half-life ``SHUNTER_FAIRSHARE_HALF_LIFE_S``). ``now`` is the
-database clock, the clock attempts are stamped with.
+Shared by the live loop and anything that shows the loop's decisions. Reads, per tick, in
+one snapshot of the database: the queued and active jobs with their attempts (run time so
+far, when each re-entered the queue, checkpoint-now requests) and each running attempt's
+step rate from its metric points, of which the live loop re-reads only the jobs changed
+since its last tick (``scheduler.job_rows``); and each team's weight, quota and decayed
+usage history (``policy.fairshare.decayed_average`` over its attempts' run intervals,
+half-life ``SHUNTER_FAIRSHARE_HALF_LIFE_S``). ``now`` is the database clock, the clock
+attempts are stamped with; each running job's expected end is computed again from it.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import UTC, datetime
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import ACTIVE, Attempt, Job, MetricPoint, Team
+from service.db import changes
+from service.db.models import Team
 from service.db.sqltime import utcnow
-from service.jobs.states import ACTIVE_STATES, JobStatus
 from service.launch import ClusterResources
-from service.scheduler.policy import capacity
-from service.scheduler.policy.eta import running_end
-from service.scheduler.policy.fairshare import RunInterval, decayed_average, dominant_share
-from service.scheduler.policy.snapshot import (
-    ActiveJob,
-    QueueEntry,
-    Snapshot,
-    TeamQuota,
-    TeamState,
-)
+from service.policy import capacity
+from service.policy.eta import running_end
+from service.policy.snapshot import ActiveJob, Snapshot, TeamQuota, TeamState
+from service.scheduler.job_rows import JobRow, JobRows
+from service.scheduler.usage import Usage
 
 __all__ = ["build_snapshot", "db_now"]
-
-# History older than this many half-lives weighs < 0.1% and is not read.
-_HISTORY_HALF_LIVES = 10
 
 
 def _utc(t: datetime) -> datetime:
@@ -47,124 +38,62 @@ def db_now(session: Session) -> datetime:
     return _utc(session.execute(select(utcnow())).scalar_one())
 
 
-def _entry(job: Job, *, run_s: float, queued_since: datetime | None) -> QueueEntry:
-    spec: dict[str, Any] = job.spec or {}
-    runtime = spec.get("max_runtime_seconds")
-    return QueueEntry(
-        job_id=job.id,
-        team=job.team,
-        priority=job.priority,
-        created_at=_utc(job.created_at),
-        num_workers=job.num_workers,
-        cpus_per_worker=job.cpus_per_worker,
-        gpus_per_worker=job.gpus_per_worker,
-        queued_since=queued_since,
-        max_runtime_s=float(runtime) if runtime is not None else None,
-        run_s=run_s,
-        preemptible=bool((spec.get("scheduling") or {}).get("preemptible", True)),
-    )
-
-
-def _attempts(session: Session, job_ids: Sequence[str]) -> dict[str, list[Attempt]]:
-    out: dict[str, list[Attempt]] = defaultdict(list)
-    if job_ids:
-        rows = session.execute(
-            select(Attempt).where(Attempt.job_id.in_(job_ids)).order_by(Attempt.number)
-        ).scalars()
-        for a in rows:
-            out[a.job_id].append(a)
-    return out
-
-
-def _step_rate(session: Session, job_id: str, attempt: int) -> float | None:
-    """Steps per second over this attempt's metric points; None until two distinct steps."""
-    lo, hi, t0, t1 = session.execute(
-        select(
-            func.min(MetricPoint.step),
-            func.max(MetricPoint.step),
-            func.min(MetricPoint.time),
-            func.max(MetricPoint.time),
-        ).where(MetricPoint.job_id == job_id, MetricPoint.attempt == attempt)
-    ).one()
-    if lo is None or hi is None or hi <= lo or t0 is None or t1 is None:
-        return None
-    seconds = (_utc(t1) - _utc(t0)).total_seconds()
-    return (hi - lo) / seconds if seconds > 0 else None
-
-
-def _history(
-    session: Session, *, now: datetime, half_life_s: float, cluster: ClusterResources
-) -> dict[str, float]:
-    """Team -> decayed average dominant share of the cluster over its attempts."""
-    horizon = now - timedelta(seconds=_HISTORY_HALF_LIVES * half_life_s)
-    rows = session.execute(
-        select(
-            Job.team,
-            Attempt.started_at,
-            Attempt.ended_at,
-            Job.num_workers,
-            Job.cpus_per_worker,
-            Job.gpus_per_worker,
-        )
-        .join(Job, Job.id == Attempt.job_id)
-        .where(or_(Attempt.ended_at.is_(None), Attempt.ended_at > horizon))
-    ).all()
-    per_team: dict[str, list[RunInterval]] = defaultdict(list)
-    for team, started, ended, n, cpw, gpw in rows:
-        per_team[team].append(
-            RunInterval(
-                start_s=_utc(started).timestamp(),
-                end_s=None if ended is None else _utc(ended).timestamp(),
-                cpus=n * cpw,
-                gpus=n * gpw,
-            )
-        )
-    total_cpus = sum(n.total_cpus for n in cluster.nodes if n.alive)
-    total_gpus = sum(n.total_gpus for n in cluster.nodes if n.alive)
-    out = {}
-    for team, ivs in per_team.items():
-        cpus, gpus = decayed_average(ivs, now_s=now.timestamp(), half_life_s=half_life_s)
-        out[team] = dominant_share(cpus, gpus, total_cpus=total_cpus, total_gpus=total_gpus)
-    return out
-
-
-def build_snapshot(session: Session, *, cluster: ClusterResources, half_life_s: float) -> Snapshot:
-    """One consistent view for ``policy.plan`` (one read transaction)."""
-    now = db_now(session)
-    statuses = [str(JobStatus.QUEUED), *(str(s) for s in ACTIVE_STATES)]
-    jobs = list(session.execute(select(Job).where(Job.status.in_(statuses))).scalars())
-    attempts = _attempts(session, [j.id for j in jobs])
-    queued: list[QueueEntry] = []
-    active: list[ActiveJob] = []
-    for job in sorted(jobs, key=lambda j: j.id):
-        done = [a for a in attempts[job.id] if a.status != ACTIVE and a.ended_at is not None]
-        run_s = sum(
-            (_utc(a.ended_at) - _utc(a.started_at)).total_seconds() for a in done if a.ended_at
-        )
-        last_end = max((_utc(a.ended_at) for a in done if a.ended_at), default=None)
-        entry = _entry(job, run_s=run_s, queued_since=last_end)
-        if job.status == JobStatus.QUEUED:
-            queued.append(entry)
-            continue
-        current = next((a for a in attempts[job.id] if a.status == ACTIVE), None)
+def _active_jobs(rows: JobRows, now: datetime) -> list[ActiveJob]:
+    """Each active job with its expected end at ``now``; the one built last tick from the
+    same row is reused while its end does not depend on the clock (no step rate: the end is
+    its max_runtime bound, or unknown) and has not passed."""
+    out: list[ActiveJob] = []
+    built: dict[str, tuple[JobRow, ActiveJob]] = {}
+    for r in rows.active():
+        got = rows.built.get(r.entry.job_id)
+        if got is not None and got[0] is r:
+            end = got[1].expected_end_at
+            if end is None or now <= end:
+                out.append(got[1])
+                built[r.entry.job_id] = got
+                continue
+        current = r.current
         started = _utc(current.started_at) if current is not None else now
         steps_left = None
-        if job.progress_total_steps is not None:
-            steps_left = job.progress_total_steps - (job.progress_step or 0)
-        rate = _step_rate(session, job.id, current.number) if current is not None else None
+        if r.row.progress_total_steps is not None:
+            steps_left = r.row.progress_total_steps - (r.row.progress_step or 0)
+        rate = r.rate if current is not None else None
         end = running_end(
             now=now,
             started_at=started,
             steps_per_s=rate,
             steps_left=steps_left,
-            max_runtime_s=entry.max_runtime_s,
-            run_s_before=run_s,
+            max_runtime_s=r.entry.max_runtime_s,
+            run_s_before=r.entry.run_s,
         )
         stopping = current is not None and current.stop_requested_at is not None
-        active.append(
-            ActiveJob(entry=entry, started_at=started, expected_end_at=end, preempting=stopping)
-        )
-    history = _history(session, now=now, half_life_s=half_life_s, cluster=cluster)
+        a = ActiveJob(entry=r.entry, started_at=started, expected_end_at=end, preempting=stopping)
+        out.append(a)
+        clock_free = current is not None and (rate is None or rate <= 0 or steps_left is None)
+        if clock_free:  # the end is the bound (max(bound, now) = bound until it passes)
+            built[r.entry.job_id] = (r, a)
+    rows.built = built
+    return out
+
+
+def build_snapshot(
+    session: Session,
+    *,
+    cluster: ClusterResources,
+    half_life_s: float,
+    rows: JobRows | None = None,
+    usage: Usage | None = None,
+) -> Snapshot:
+    """One consistent view for ``policy.plan`` (one read transaction, one snapshot of the
+    database). ``rows``, ``usage``: the jobs and the usage history kept from the last tick
+    (``JobRows``, ``usage.Usage``), brought up to this snapshot; None reads them all."""
+    changes.consistent(session)
+    now = db_now(session)
+    if rows is None:
+        rows = JobRows()
+    rows.refresh(session)
+    active = _active_jobs(rows, now)
+    history = (usage or Usage()).shares(session, now=now, half_life_s=half_life_s, cluster=cluster)
     teams = {
         t.name: TeamState(
             weight=t.weight,
@@ -180,7 +109,7 @@ def build_snapshot(session: Session, *, cluster: ClusterResources, half_life_s: 
         now=now,
         totals=capacity.totals(cluster.nodes),
         free=capacity.free_now(cluster.nodes, [a.entry for a in active]),
-        queued=queued,
+        queued=rows.queued(),
         active=active,
         teams=teams,
     )

@@ -28,6 +28,7 @@ from shunter.jobspec.vocab import PRIORITY_RANK
 __all__ = [
     "TraceError",
     "generate",
+    "generate_busy",
     "generate_contended",
     "load_cluster",
     "load_teams",
@@ -266,4 +267,56 @@ def generate_contended(
             # GPU-seconds submitted per second ~= load x the team's share of the cluster
             # (on average over the mix, so one large job does not leave a long gap).
             t += rng.expovariate(load * gpus_share / mean_gpu_s)
+    return sorted(out, key=lambda x: (x["submit_s"], x["id"]))
+
+
+def generate_busy(
+    *,
+    weights: Mapping[str, float],
+    hours: float = 24.0,
+    jobs_per_hour: float = 40.0,
+    seed: int = 0,
+    median_duration_s: float = 1800.0,
+    sigma: float = 1.0,
+    node_gpus: int = 8,
+    cpus_per_gpu: float = 8.0,
+) -> list[dict[str, Any]]:
+    """A busy cluster's day (issue #19's trace): every team submits ``jobs_per_hour``
+    (Poisson), mostly 1-GPU jobs, some 2- and 4-GPU jobs and whole-node 8-GPU gangs of 1-2
+    nodes, log-normal durations around ``median_duration_s``, max_runtime 1.2-3x the work.
+    Deterministic for ``seed``."""
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for team in sorted(weights):
+        t, n = 0.0, 0
+        while True:
+            t += rng.expovariate(jobs_per_hour / 3600.0)
+            if t >= hours * 3600.0:
+                break
+            r = rng.random()
+            workers, gpw = (
+                (1, 1.0)
+                if r < 0.70
+                else (1, 2.0)
+                if r < 0.85
+                else (1, 4.0)
+                if r < 0.95
+                else (rng.choice([1, 2]), float(node_gpus))
+            )
+            duration = min(rng.lognormvariate(math.log(median_duration_s), sigma), 86_400.0)
+            out.append(
+                {
+                    "id": f"{team}{n:05d}",
+                    "team": team,
+                    "submit_s": round(t, 1),
+                    "num_workers": workers,
+                    "gpus_per_worker": gpw,
+                    "cpus_per_worker": gpw * cpus_per_gpu,
+                    "duration_s": round(max(duration, 60.0), 1),
+                    "max_runtime_s": math.ceil(duration * rng.uniform(1.2, 3.0)),
+                    "priority": "normal",
+                    "preemptible": True,
+                }
+            )
+            n += 1
     return sorted(out, key=lambda x: (x["submit_s"], x["id"]))

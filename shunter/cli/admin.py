@@ -20,10 +20,13 @@ from shunter.cli.common import (
     out,
     print_json,
 )
+from shunter.client.models import TeamBudget
 
 __all__ = ["admin_app"]
 
-admin_app = typer.Typer(help="Admin: teams, tokens and retention (gc).", no_args_is_help=True)
+admin_app = typer.Typer(
+    help="Admin: teams, tokens, retention (gc) and straggler node cordons.", no_args_is_help=True
+)
 team_app = typer.Typer(help="Teams.", no_args_is_help=True)
 token_app = typer.Typer(help="API tokens.", no_args_is_help=True)
 admin_app.add_typer(team_app, name="team")
@@ -91,12 +94,36 @@ def team_patch(
     max_priority: Annotated[
         str | None, typer.Option(help="Highest priority members may submit: low|normal|high.")
     ] = None,
+    budget_gpu_hours: Annotated[
+        float | None, typer.Option(help="Budget: GPU-hours per period.")
+    ] = None,
+    budget_cpu_hours: Annotated[
+        float | None, typer.Option(help="Budget: CPU-hours per period.")
+    ] = None,
+    budget_period: Annotated[str, typer.Option(help="Budget period: week | month.")] = "month",
+    budget_starts: Annotated[
+        str | None, typer.Option(help="Budget periods count from (ISO 8601).")
+    ] = None,
+    budget_mode: Annotated[
+        str, typer.Option(help="Past the budget: hard (403) | soft (queue at low).")
+    ] = "hard",
+    no_budget: Annotated[bool, typer.Option(help="Remove the team's budget.")] = False,
     url: UrlOpt = None,
     token: TokenOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Change a team's weight, quota or max priority; applies on the scheduler's next tick."""
+    """Change a team's weight, quota, max priority or budget; applies on the next tick."""
     opts = merge_opts(url, token, json_)
+    budget: dict[str, Any] | None = None
+    if budget_gpu_hours is not None or budget_cpu_hours is not None:
+        budget = {"period": budget_period, "mode": budget_mode}
+        for key, value in (
+            ("gpu_hours", budget_gpu_hours),
+            ("cpu_hours", budget_cpu_hours),
+            ("starts", budget_starts),
+        ):
+            if value is not None:
+                budget[key] = value
     keys = {"gpus": "max_gpus", "cpus": "max_cpus", "jobs": "max_running_jobs"}
     quota: dict[str, Any] = {keys[k]: None for k in unlimited or [] if k in keys}
     bad = [k for k in unlimited or [] if k not in keys]
@@ -111,7 +138,12 @@ def team_patch(
             quota[key] = value
     with api(opts) as client:
         team = client.patch_team(
-            name, weight=weight, quota=quota or None, max_priority=max_priority
+            name,
+            weight=weight,
+            quota=quota or None,
+            max_priority=max_priority,
+            budget=budget,
+            clear_budget=no_budget,
         )
     if opts.json:
         print_json(dump(team))
@@ -120,6 +152,19 @@ def team_patch(
         f"team [bold]{team.name}[/]: weight {team.weight}, quota {team.quota or '-'}, "
         f"max_priority {team.max_priority}"
     )
+
+
+def _budget_text(b: TeamBudget | None) -> str:
+    """This period's use of the budget: used / limit (left) per resource, and if spent."""
+    if b is None:
+        return "-"
+    parts = []
+    if b.gpu_hours is not None:
+        parts.append(f"GPU-h {b.gpu_hours_used:.2f}/{b.gpu_hours:g} left {b.gpu_hours_left:.2f}")
+    if b.cpu_hours is not None:
+        parts.append(f"CPU-h {b.cpu_hours_used:.2f}/{b.cpu_hours:g} left {b.cpu_hours_left:.2f}")
+    spent = f" SPENT ({b.mode})" if b.exceeded else ""
+    return f"{', '.join(parts)} per {b.period}{spent}"
 
 
 @admin_app.command("usage")
@@ -141,7 +186,7 @@ def usage(
         print_json(dump(rows))
         return
     table = Table(title="Usage" + (f" since {since}" if since else ""), title_justify="left")
-    for col in ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS", "OWED (CLUSTER-HOURS)"):
+    for col in ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS", "OWED (CLUSTER-HOURS)", "BUDGET"):
         table.add_column(col)
     for r in rows:
         table.add_row(
@@ -150,6 +195,7 @@ def usage(
             f"{r.cpu_seconds / 3600:.2f}",
             str(r.attempts),
             f"{r.owed_share_seconds / 3600:+.2f}",
+            _budget_text(r.budget),
         )
     out.print(table)
 
@@ -227,3 +273,46 @@ def token_revoke(
     with api(opts) as client:
         client.revoke_token(token_id)
     print_json({"revoked": token_id}) if opts.json else out.print(f"revoked {token_id}")
+
+
+@admin_app.command("nodes")
+def nodes(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    """Nodes the straggler watch flagged; cordoned ones get no new job until the time shown."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        rows = client.nodes()
+    if opts.json:
+        print_json(dump(rows))
+        return
+    table = Table(title="Flagged nodes", title_justify="left")
+    for col in ("NODE", "IP", "CORDONED UNTIL", "FLAGS", "TOTAL", "LAST JOB", "REASON"):
+        table.add_column(col)
+    for n in rows:
+        until = n.cordoned_until.isoformat(timespec="seconds") if n.cordoned_until else "-"
+        until = until if n.cordoned else f"- (was {until})" if n.cordoned_until else "-"
+        table.add_row(
+            n.node_id,
+            n.node_ip or "-",
+            until,
+            str(n.flags),
+            str(n.total_flags),
+            n.last_job_id or "-",
+            n.reason or "-",
+        )
+    out.print(table)
+
+
+@admin_app.command("uncordon")
+def uncordon(
+    node_id: Annotated[str, typer.Argument(help="The Ray node id.")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """End a node's straggler cordon now and clear its flags."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        client.uncordon(node_id)
+    print_json({"node_id": node_id, "cordoned": False}) if opts.json else out.print(
+        f"node {node_id} uncordoned"
+    )

@@ -1,4 +1,4 @@
-"""``shunter download JOB``: fetch a job's final (or best) model into a local folder."""
+"""``shunter download JOB [--checkpoint final|best|STEP]``: fetch a job's model into a folder."""
 
 from __future__ import annotations
 
@@ -7,15 +7,29 @@ from typing import Annotated
 
 import typer
 
-from shunter.cli.common import JobArg, JsonOpt, TokenOpt, UrlOpt, api, merge_opts, out, print_json
+from shunter.cli.common import JsonOpt, TokenOpt, UrlOpt, api, merge_opts, out, print_json
 
 __all__ = ["download"]
 
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        help="Job id, or a fine-tuned model name from the OpenAI-compatible API "
+        "(ft:...; ft:...:ckpt-step-N names that checkpoint)."
+    ),
+]
+
 
 def download(
-    job_id: JobArg,
+    job_id: ModelArg,
     checkpoint: Annotated[
-        str, typer.Option("--checkpoint", "-c", help="final, or best (load_best_model_at_end)")
+        str,
+        typer.Option(
+            "--checkpoint",
+            "-c",
+            help="final, best (load_best_model_at_end), or a step number N: that verified "
+            "checkpoint as a model (its first download waits while the server consolidates it)",
+        ),
     ] = "final",
     dest: Annotated[Path, typer.Option("--out", "-o", help="Folder to unpack into.")] = Path("."),
     url: UrlOpt = None,

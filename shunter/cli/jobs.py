@@ -174,6 +174,23 @@ def watch(
     job_exit(job)
 
 
+def stacks(
+    job_id: JobArg,
+    attempt: Annotated[int, typer.Option(help="The attempt that hung (see its hung event).")],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Print every rank's Python stacks, dumped when the service found the attempt hung."""
+    opts = merge_opts(url, token, json_)
+    with api(opts) as client:
+        text = client.stacks(job_id, attempt=attempt)
+    if opts.json:
+        print_json({"job_id": job_id, "attempt": attempt, "text": text})
+        return
+    sys.stdout.write(text)
+
+
 def logs(
     job_id: JobArg,
     follow: Annotated[
@@ -366,6 +383,8 @@ def _root_callback(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = 
 def register(app: typer.Typer) -> None:
     """Add the user-side commands (and ``admin``) to the root app."""
     from shunter.cli.admin import admin_app
+    from shunter.cli.sweeps import sweep_app
+    from shunter.cli.webhooks import webhooks_app
 
     if app.registered_callback is None:
         app.callback()(_root_callback)
@@ -384,6 +403,7 @@ def register(app: typer.Typer) -> None:
     ):
         app.command(fn.__name__)(fn)
     app.command("ray-status")(ray_status)
+    app.command("stacks")(stacks)
     app.command("download")(download)
     app.command("cancel")(_action("cancel", lambda c, j: c.cancel(j)))
     app.command("resume")(_action("resume", lambda c, j: c.resume(j)))
@@ -391,3 +411,5 @@ def register(app: typer.Typer) -> None:
     pause.__doc__ = "Checkpoint a job at its next step and hold it (paused) until `resume`."
     app.command("pause")(pause)
     app.add_typer(admin_app, name="admin")
+    app.add_typer(sweep_app, name="sweep")
+    app.add_typer(webhooks_app, name="webhooks")

@@ -42,6 +42,7 @@ STATUS_STYLE = {
     "failed": "bold red",
     "cancelled": "dim",
     "paused": "blue",
+    "pruned": "dim yellow",
 }
 
 _BLOCKS = "▁▂▃▄▅▆▇█"
@@ -148,7 +149,7 @@ def queue_table(entries: Iterable[QueueEntry]) -> Table:
             e.team or "-",
             e.priority or "-",
             age(e.created_at),
-            eta_text(e.estimated_start_at),
+            eta_text(e.estimated_start_at) + (" (stale)" if e.estimate_stale else ""),
             e.pending_reason or "-",
         )
     return table
@@ -281,7 +282,8 @@ def job_detail(job: Job) -> RenderableType:
     if job.status == "queued":
         rows.append(("queue position", fmt_value(job.queue_position)))
         rows.append(("waiting for", job.pending_reason or "-"))
-        rows.append(("expected start", eta_text(job.estimated_start_at)))
+        stale = " (stale: deeper than the scheduler's plan depth)" if job.estimate_stale else ""
+        rows.append(("expected start", eta_text(job.estimated_start_at) + stale))
     elif job.estimated_end_at is not None and not job.terminal:
         rows.append(("expected end", eta_text(job.estimated_end_at)))
     if job.final_model_uri:

@@ -35,8 +35,10 @@ from shunter.client.models import (
     Progress,
     QueueEntry,
     StreamEvent,
+    Sweep,
     Team,
     TokenInfo,
+    Trial,
     WhoAmI,
 )
 
@@ -67,8 +69,10 @@ __all__ = [
     "ShunterError",
     "SpecInput",
     "StreamEvent",
+    "Sweep",
     "Team",
     "TokenInfo",
+    "Trial",
     "ValidationError",
     "WhoAmI",
     "load_spec",

@@ -17,9 +17,10 @@ Example::
 from __future__ import annotations
 
 import builtins
+import itertools
 import json
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
@@ -40,14 +41,19 @@ from shunter.client.models import (
     IssuedToken,
     Job,
     MetricPoint,
+    NodeCordon,
     Page,
     QueueEntry,
     StreamEvent,
+    Sweep,
     Team,
     TeamUsage,
     TokenInfo,
+    WebhookDelivery,
+    WebhookEndpoint,
     WhoAmI,
 )
+from shunter.model_names import model_ref
 
 __all__ = ["Client", "SpecInput", "load_spec"]
 
@@ -231,6 +237,15 @@ class Client:
         result: dict[str, Any] = self._json("POST", "/v1/admin/gc", json=body)
         return result
 
+    def nodes(self) -> builtins.list[NodeCordon]:
+        """Admin: nodes the straggler watch flagged, and their cordons."""
+        rows = self._json("GET", "/v1/admin/nodes")
+        return [NodeCordon.model_validate(r) for r in rows]
+
+    def uncordon(self, node_id: str) -> None:
+        """Admin: end a node's cordon now and clear its flags."""
+        self._request("DELETE", f"/v1/admin/nodes/{node_id}/cordon")
+
     def resume(self, job_id: str) -> Job:
         """Start a failed, cancelled or paused job again from its newest verified checkpoint."""
         return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/resume"))
@@ -256,12 +271,26 @@ class Client:
         params = {"name": name, "after": after, "limit": limit}
         return self._pages(f"/v1/jobs/{job_id}/metrics", MetricPoint, params)
 
-    def download_model(self, job_id: str, dest: str | Path, *, checkpoint: str = "final") -> Path:
-        """Download the job's ``final`` (or ``best``) model and unpack it under ``dest``;
-        returns the model folder (``config.json``, weights, tokenizer; PEFT files for LoRA)."""
+    def download_model(
+        self,
+        job_id: str,
+        dest: str | Path,
+        *,
+        checkpoint: str | int = "final",
+        wait_s: float = 3600.0,
+    ) -> Path:
+        """Download a model of the job and unpack it under ``dest``; returns the model folder
+        (``config.json``, weights, tokenizer; PEFT files for LoRA). ``checkpoint``: ``final``,
+        ``best``, or a step number (that verified checkpoint; its first download waits while
+        the server consolidates it, up to ``wait_s`` seconds for the first byte).
+        ``job_id`` may be a fine-tuned model name instead (``ft:...``, ``ft:...:ckpt-step-N``
+        as the OpenAI-compatible API gives them): it names the job and the checkpoint."""
+        if (ref := model_ref(job_id)) is not None:
+            job_id, checkpoint = ref
         path = f"/v1/jobs/{job_id}/checkpoints/{checkpoint}/download"
+        timeout = httpx.Timeout(self._http.timeout.connect, read=wait_s)
         try:
-            with self._http.stream("GET", path) as response:
+            with self._http.stream("GET", path, timeout=timeout) as response:
                 raise_for_response_stream(response)
                 tops = unpack_model(response.iter_bytes(), Path(dest))
         except httpx.TransportError as e:
@@ -285,6 +314,11 @@ class Client:
                 return str(body.get("text") or body.get("logs") or "")
             return str(body)
         return response.text
+
+    def stacks(self, job_id: str, *, attempt: int) -> str:
+        """Every rank's stacks, dumped when the service found this attempt hung (404 else)."""
+        params = {"attempt": attempt}
+        return self._request("GET", f"/v1/jobs/{job_id}/stacks", params=params).text
 
     def logs_page(
         self,
@@ -364,6 +398,42 @@ class Client:
             sleep = poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
             time.sleep(sleep)
 
+    # -- sweeps -----------------------------------------------------------------------------
+
+    def submit_sweep(self, sweep: SpecInput) -> Sweep:
+        """POST a sweep (``base``, ``space``, ``objective``, ``direction``, ``max_trials``, ...;
+        docs/sweeps.md). A file path is read as YAML/JSON. 422 names the field, e.g.
+        ``space.resources.num_workers`` when a corner of the space gives an invalid spec."""
+        body = json.dumps(load_spec(sweep)).encode()
+        headers = {"Content-Type": "application/json"}
+        return Sweep.model_validate(self._json("POST", "/v1/sweeps", content=body, headers=headers))
+
+    def sweep(self, sweep_id: str) -> Sweep:
+        """The sweep with its trials (params, status, objective, best step) and best trial."""
+        return Sweep.model_validate(self._json("GET", f"/v1/sweeps/{sweep_id}"))
+
+    def sweeps(self) -> builtins.list[Sweep]:
+        return list(self._pages("/v1/sweeps", Sweep, {}))
+
+    def cancel_sweep(self, sweep_id: str) -> Sweep:
+        """Stop sampling and cancel every unfinished trial."""
+        return Sweep.model_validate(self._json("POST", f"/v1/sweeps/{sweep_id}/cancel"))
+
+    def wait_sweep(
+        self, sweep_id: str, *, timeout: float | None = None, poll: float = 2.0
+    ) -> Sweep:
+        """Poll until the sweep ends; return it. TimeoutError after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            sweep = self.sweep(sweep_id)
+            if sweep.terminal:
+                return sweep
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"sweep {sweep_id} still {sweep.status} after {timeout}s")
+            time.sleep(
+                poll if deadline is None else min(poll, max(0.0, deadline - time.monotonic()))
+            )
+
     # -- cluster and queue ------------------------------------------------------------------
 
     def queue(self) -> builtins.list[QueueEntry]:
@@ -402,9 +472,15 @@ class Client:
         weight: float | None = None,
         quota: Mapping[str, Any] | None = None,
         max_priority: str | None = None,
+        budget: Mapping[str, Any] | None = None,
+        clear_budget: bool = False,
     ) -> Team:
-        """Change a team (admin). In ``quota``, a key given as None means unlimited."""
+        """Change a team (admin). In ``quota``, a key given as None means unlimited.
+        ``budget``: ``{gpu_hours?, cpu_hours?, period, starts?, mode}``; ``clear_budget``
+        removes the team's budget."""
         body: dict[str, Any] = {}
+        if budget is not None or clear_budget:
+            body["budget"] = None if clear_budget else dict(budget or {})
         if weight is not None:
             body["weight"] = weight
         if quota is not None:
@@ -428,6 +504,75 @@ class Client:
 
     def revoke_token(self, token_id: str | int) -> None:
         self._request("DELETE", f"/v1/tokens/{token_id}")
+
+    # -- webhooks ---------------------------------------------------------------------------
+
+    def create_webhook(
+        self,
+        url: str,
+        *,
+        events: Sequence[str] | None = None,
+        description: str = "",
+        team: str | None = None,
+    ) -> WebhookEndpoint:
+        """Register a receiver; its ``whsec_`` secret is in ``.secret``, shown only now."""
+        body: dict[str, Any] = {"url": url, "description": description}
+        if events is not None:
+            body["events"] = list(events)
+        if team is not None:
+            body["team"] = team
+        return WebhookEndpoint.model_validate(
+            self._json("POST", "/v1/webhooks/endpoints", json=body)
+        )
+
+    def webhooks(self, *, team: str | None = None) -> builtins.list[WebhookEndpoint]:
+        params = {"team": team} if team else {}
+        return list(self._pages("/v1/webhooks/endpoints", WebhookEndpoint, params))
+
+    def patch_webhook(
+        self,
+        endpoint_id: str,
+        *,
+        events: Sequence[str] | None = None,
+        description: str | None = None,
+        enabled: bool | None = None,
+    ) -> WebhookEndpoint:
+        given: dict[str, Any] = {
+            "events": None if events is None else list(events),
+            "description": description,
+            "enabled": enabled,
+        }
+        body = {k: v for k, v in given.items() if v is not None}
+        path = f"/v1/webhooks/endpoints/{endpoint_id}"
+        return WebhookEndpoint.model_validate(self._json("PATCH", path, json=body))
+
+    def delete_webhook(self, endpoint_id: str) -> WebhookEndpoint:
+        path = f"/v1/webhooks/endpoints/{endpoint_id}"
+        return WebhookEndpoint.model_validate(self._json("DELETE", path))
+
+    def rotate_webhook_secret(self, endpoint_id: str) -> dict[str, Any]:
+        """``{id, secret, previous_secret_valid_until}``: the new secret, shown only now."""
+        path = f"/v1/webhooks/endpoints/{endpoint_id}/rotate-secret"
+        return dict(self._json("POST", path))
+
+    def webhook_deliveries(
+        self,
+        *,
+        job: str | None = None,
+        endpoint: str | None = None,
+        status: str | None = None,
+        team: str | None = None,
+        limit: int = 50,
+    ) -> builtins.list[WebhookDelivery]:
+        """The newest ``limit`` deliveries matching the filters."""
+        params = {"job": job, "endpoint": endpoint, "status": status, "team": team}
+        pages = self._pages("/v1/webhooks/deliveries", WebhookDelivery, {**params, "limit": limit})
+        return list(itertools.islice(pages, limit))
+
+    def resend_webhook(self, delivery_id: str) -> WebhookDelivery:
+        """Send a delivery again now, under the same ``webhook-id``."""
+        path = f"/v1/webhooks/deliveries/{delivery_id}/resend"
+        return WebhookDelivery.model_validate(self._json("POST", path))
 
 
 def raise_for_response_stream(response: httpx.Response) -> None:

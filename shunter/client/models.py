@@ -26,13 +26,19 @@ __all__ = [
     "Job",
     "JobError",
     "MetricPoint",
+    "NodeCordon",
     "Page",
     "Progress",
     "QueueEntry",
     "StreamEvent",
+    "Sweep",
     "Team",
+    "TeamBudget",
     "TeamUsage",
     "TokenInfo",
+    "Trial",
+    "WebhookDelivery",
+    "WebhookEndpoint",
     "WhoAmI",
 ]
 
@@ -75,6 +81,10 @@ class Job(_Read):
     pending_reason: str | None = None
     estimated_start_at: datetime | None = None  # queued: the scheduler's start ETA
     estimated_end_at: datetime | None = None  # running: its end ETA
+    # queued: when position, reason and ETA were computed; stale: the last tick did not
+    # reach the job (deeper than the scheduler's plan depth), so they are older
+    estimated_at: datetime | None = None
+    estimate_stale: bool = False
     progress: Progress | None = None
     latest_metrics: dict[str, Any] | None = None
     error: JobError | None = None
@@ -146,6 +156,8 @@ class QueueEntry(_Read):
     position: int | None = None
     pending_reason: str | None = None
     estimated_start_at: datetime | None = None
+    estimated_at: datetime | None = None
+    estimate_stale: bool = False
     priority: str | None = None
     created_at: datetime | None = None
     num_workers: int | None = None
@@ -184,6 +196,24 @@ class Team(_Read):
     quota: Any = None
     weight: float | None = None
     max_priority: str | None = None
+    budget: TeamBudget | None = None
+
+
+class TeamBudget(_Read):
+    """A team's budget and the current period's use, in hours (``*_left`` None: unlimited)."""
+
+    gpu_hours: float | None = None
+    cpu_hours: float | None = None
+    period: str = "month"
+    starts: datetime | None = None
+    mode: str = "hard"
+    period_start: datetime | None = None
+    period_end: datetime | None = None
+    gpu_hours_used: float = 0.0
+    cpu_hours_used: float = 0.0
+    gpu_hours_left: float | None = None
+    cpu_hours_left: float | None = None
+    exceeded: bool = False
 
 
 class TeamUsage(_Read):
@@ -194,6 +224,7 @@ class TeamUsage(_Read):
     cpu_seconds: float = 0.0
     attempts: int = 0
     owed_share_seconds: float = 0.0  # fair share's account: > 0 owed to the team
+    budget: TeamBudget | None = None  # the team's budget this period (None: no budget)
 
 
 class TokenInfo(_Read):
@@ -222,3 +253,104 @@ class StreamEvent(_Read):
     data: Any = None
     point: MetricPoint | None = None
     status: str | None = None
+
+
+class Trial(_Read):
+    """One trial of a sweep: its job, the sampled parameters, and its objective."""
+
+    number: int
+    job_id: str
+    status: str
+    params: dict[str, Any] = Field(default_factory=dict)
+    objective: float | None = None
+    objective_step: int | None = None
+    best_value: float | None = None
+    best_step: int | None = None
+    pruned_at_step: int | None = None
+    created_at: datetime | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class Sweep(_Read):
+    """A sweep (``GET /v1/sweeps/{id}``): its trials, and the best finished one."""
+
+    id: str
+    name: str
+    team: str | None = None
+    status: str
+    message: str = ""
+    objective: str
+    direction: str
+    max_trials: int
+    max_parallel: int
+    sampler: str | None = None
+    pruner: str | None = None
+    definition: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    gpu_hours_used: float = 0.0
+    cpu_hours_used: float = 0.0
+    trials: list[Trial] = Field(default_factory=list)
+    best_trial: Trial | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("succeeded", "failed", "cancelled")
+
+
+class WebhookEndpoint(_Read):
+    """A team's webhook receiver (``/v1/webhooks/endpoints``). ``secret`` is set only in the
+    answer to a create or a rotation (shown once)."""
+
+    id: str
+    team: str
+    url: str
+    description: str = ""
+    events: list[str] = Field(default_factory=list)
+    enabled: bool = True
+    disabled_at: datetime | None = None
+    disabled_reason: str | None = None
+    failures: int = 0
+    failing_since: datetime | None = None
+    previous_secret_valid_until: datetime | None = None
+    created_at: datetime | None = None
+    secret: str | None = None
+
+
+class WebhookDelivery(_Read):
+    """One event for one endpoint (``/v1/webhooks/deliveries``); ``id`` is its
+    ``webhook-id``, the same on every retry and re-send."""
+
+    id: str
+    event_id: str = ""
+    endpoint_id: str
+    team: str
+    job_id: str
+    type: str
+    status: str
+    attempts: int = 0
+    next_attempt_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    last_status_code: int | None = None
+    last_error: str | None = None
+    delivered_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+class NodeCordon(_Read):
+    """A node the straggler watch flagged; ``cordoned``: left out of placement until
+    ``cordoned_until``."""
+
+    node_id: str
+    node_ip: str = ""
+    cordoned: bool = False
+    cordoned_until: datetime | None = None
+    flags: int = 0
+    total_flags: int = 0
+    last_flagged_at: datetime | None = None
+    last_job_id: str | None = None
+    reason: str = ""

@@ -278,6 +278,10 @@ def _parse_yaml(text: str) -> Any:
         finally:
             loader.dispose()
     except yaml.YAMLError as exc:
+        if "maximum nesting depth" in str(exc):
+            # PyYAML >= 6.0.3 refuses very deep flow collections in its scanner, before our
+            # event check counts them: the same refusal, in our words.
+            raise BodyError(400, f"body is nested deeper than {MAX_DEPTH} levels") from None
         raise BodyError(400, f"invalid YAML: {_one_line(exc)}") from None
 
 

@@ -17,17 +17,29 @@ __all__ = [
     "PRIORITIES",
     "PRIORITY_RANK",
     "TERMINAL_STATUSES",
+    "WEBHOOK_EVENT_TYPES",
     "JobStatusName",
     "Priority",
+    "WebhookEventType",
 ]
 
 # paused: checkpointed and held on request (``POST /v1/jobs/{id}/pause``) until resumed.
+# pruned: a sweep's trial its pruner stopped early (at a step boundary, checkpoint kept); an
+# end, not a failure.
 JobStatusName = Literal[
-    "queued", "starting", "running", "cancelling", "succeeded", "failed", "cancelled", "paused"
+    "queued",
+    "starting",
+    "running",
+    "cancelling",
+    "succeeded",
+    "failed",
+    "cancelled",
+    "paused",
+    "pruned",
 ]
 JOB_STATUSES: tuple[str, ...] = get_args(JobStatusName)
 # Terminal: the job never changes again unless resumed (failed/cancelled -> queued).
-TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL_STATUSES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled", "pruned"})
 # Active: an attempt holds (or is acquiring) cluster resources.
 ACTIVE_STATUSES: frozenset[str] = frozenset({"starting", "running", "cancelling"})
 
@@ -35,3 +47,16 @@ Priority = Literal["low", "normal", "high"]
 PRIORITIES: tuple[str, ...] = get_args(Priority)
 # Scheduling order: a lower rank is placed first.
 PRIORITY_RANK: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}
+
+# Webhook event types (``notify:`` in the spec, a team's endpoints, the deliveries).
+WebhookEventType = Literal[
+    "job.succeeded",
+    "job.failed",
+    "job.cancelled",
+    "job.preempted",
+    "job.hung",
+    "job.diverged",
+    "job.straggler",
+    "job.checkpoint",
+]
+WEBHOOK_EVENT_TYPES: tuple[str, ...] = get_args(WebhookEventType)

@@ -179,6 +179,9 @@ class ApiReporter:
     def stop_requested(self) -> str | None:
         return None  # cancellation arrives on the heartbeat above; nothing pauses this job
 
+    def checkpoint_files(self, directory: Path) -> None:
+        return None  # every checkpoint is on local disk
+
 
 def _train_in_thread(driver: FakeDriver, errors: list[BaseException]) -> threading.Thread:
     def run() -> None:

@@ -115,3 +115,39 @@ def test_queue_and_show_render_etas() -> None:
     console.print(queue_table([QueueEntry(id="job-1", position=1, estimated_start_at=soon)]))
     text = console.export_text()  # export clears the record: read it once
     assert "STARTS" in text and "in 30 min" in text
+
+
+def test_team_budget_patch_and_usage(live: LiveServer) -> None:
+    team = f"budget-{uuid.uuid4().hex[:6]}"
+    as_json(run(live, "admin", "team", "create", team, "--json"))
+    args = ["--budget-cpu-hours", "5", "--budget-period", "week", "--budget-mode", "soft"]
+    patched = as_json(run(live, "admin", "team", "patch", team, *args, "--json"))
+    assert patched["budget"]["cpu_hours"] == 5 and patched["budget"]["mode"] == "soft"
+    rows = as_json(run(live, "admin", "usage", team, "--json"))
+    assert rows[0]["budget"]["cpu_hours_left"] == 5 and rows[0]["budget"]["period"] == "week"
+    table = run(live, "admin", "usage", team)
+    assert table.exit_code == 0 and "CPU-h 0.00/5" in table.output, table.output
+    bad = run(live, "admin", "team", "patch", team, "--budget-gpu-hours", "1", "--budget-mode", "x")
+    assert bad.exit_code == 2 and "budget.mode" in bad.output
+    cleared = as_json(run(live, "admin", "team", "patch", team, "--no-budget", "--json"))
+    assert cleared["budget"] is None
+
+
+def test_queue_table_marks_a_stale_eta() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from rich.console import Console
+
+    from shunter.cli.render import queue_table
+    from shunter.client.models import QueueEntry
+
+    soon = datetime.now(UTC) + timedelta(minutes=30)
+    console = Console(width=200, record=True)
+    rows = [
+        QueueEntry(id="job-1", position=1, estimated_start_at=soon),
+        QueueEntry(id="job-2", position=2, estimated_start_at=soon, estimate_stale=True),
+    ]
+    console.print(queue_table(rows))
+    lines = console.export_text().splitlines()
+    assert "(stale)" not in next(x for x in lines if "job-1" in x)
+    assert "(stale)" in next(x for x in lines if "job-2" in x)

@@ -192,6 +192,18 @@ def test_metrics_csv_logs_checkpoints_queue_cancel(
     assert conflict.exit_code == 5 and "409" in conflict.output
 
 
+def test_stacks_prints_a_hung_attempts_dump(live: LiveServer, member: str, spec_file: Path) -> None:
+    from service.jobs.health_files import HealthFiles
+
+    job = as_json(run(live, "submit", str(spec_file), "--json", token=member))
+    files = HealthFiles(live.home / "storage")  # the service's default storage
+    files.put_stacks(job_id=job["id"], attempt=1, text="== rank 0 ==\nThread 1: allreduce\n")
+    out = run(live, "stacks", job["id"], "--attempt", "1", token=member)
+    assert out.exit_code == 0 and out.stdout == "== rank 0 ==\nThread 1: allreduce\n"
+    missing = run(live, "stacks", job["id"], "--attempt", "2", token=member)
+    assert missing.exit_code != 0 and "did not hang" in missing.output
+
+
 def test_admin_team_and_token_commands(live: LiveServer) -> None:
     team = _name("adm")
     created = as_json(run(live, "admin", "team", "create", team, "--quota-gpus", "2", "--json"))

@@ -186,6 +186,7 @@ def live_server(
         host="127.0.0.1",
         port=port,
         scheduler_interval_s=0.1,
+        sweep_interval_s=0.1,
         lease_seconds=120,
         sse_poll_seconds=0.1,
         auth_cache_seconds=0,

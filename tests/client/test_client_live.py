@@ -172,14 +172,15 @@ def test_queue_shows_position_and_reason(live: LiveServer) -> None:
         first = c.submit(valid_spec("q-first"))
         live.launched(first.id)  # holds the team's one running slot
         second = c.submit(valid_spec("q-second"))
-        # /v1/queue computes reasons at request time; the job row gets the scheduler's stored
-        # reason on its next tick: wait until both say the same.
+        # The scheduler stores the reason on its next tick; the queue page and the job are two
+        # reads, and a tick may land between them: wait until both say it.
         reason = "team quota: 1/1 jobs running"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             waiting = {e.id: e for e in c.queue()}
             job = c.get(second.id)
-            if waiting.get(second.id) and job.pending_reason == reason:
+            queued = waiting.get(second.id)
+            if queued and queued.pending_reason == reason and job.pending_reason == reason:
                 break
             time.sleep(0.1)
         entry = waiting[second.id]

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 
 from shunter.client import Client
+from shunter.model_names import fine_tuned_model_name, model_ref
 
 CLUSTER_BASE = "/data/outputs/j1/final/base"
 
@@ -51,3 +52,28 @@ def test_a_named_base_is_left_alone(tmp_path: Path) -> None:
     folder = _download(tmp_path, {"final/adapter_config.json": _adapter("org/model")})
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "org/model"
+
+
+def test_a_step_checkpoint_is_asked_for_by_its_number(tmp_path: Path) -> None:
+    body = _tar({"j1-40/config.json": "{}", "j1-40/model.safetensors": "x"})
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        return httpx.Response(200, content=body)
+
+    with Client("http://api.test", "tok", transport=httpx.MockTransport(handler)) as client:
+        folder = client.download_model("j1", tmp_path / "dl", checkpoint=40)
+    assert seen == ["/v1/jobs/j1/checkpoints/40/download"]
+    assert folder == tmp_path / "dl" / "j1-40" and (folder / "config.json").is_file()
+
+
+def test_a_fine_tuned_model_name_resolves_to_its_job_and_step() -> None:
+    name = fine_tuned_model_name("tiny:v2", "alpha", "adder", "job-01ABC", step=40)
+    assert name == "ft:tiny:v2:alpha:adder:01ABC:ckpt-step-40"
+    assert model_ref(name) == ("job-01ABC", "40")
+    assert model_ref(fine_tuned_model_name("tiny", "alpha", None, "job-01ABC")) == (
+        "job-01ABC",
+        "final",
+    )
+    assert model_ref("job-01ABC") is None and model_ref("ft:tiny:01ABC") is None

@@ -107,4 +107,4 @@ def test_image_commands_run_here() -> None:
     assert "--port" in _ok(str(BIN / "shunter"), "serve", "--help")
     assert "--block" in _ok(str(BIN / "ray"), "start", "--help")
     assert "status" in _ok(str(BIN / "ray"), "--help")
-    _ok(sys.executable, "-c", "import worker.driver, worker.ray_launcher, worker.train_fn")
+    _ok(sys.executable, "-c", "import worker.driver, launcher.ray_launcher, worker.train_fn")

@@ -29,7 +29,7 @@ TEXT = "To be, or not to be, that is the question: whether 'tis nobler in the mi
 
 @pytest.fixture(scope="session")
 def ray_launcher() -> Iterator[Any]:
-    from worker.ray_launcher import start_embedded
+    from launcher.ray_launcher import start_embedded
 
     root = Path(tempfile.mkdtemp(prefix="shray-e2e-", dir="/tmp"))
     launcher = start_embedded(root, num_cpus=4, extra_env={"SHUNTER_HEARTBEAT_S": "1"})

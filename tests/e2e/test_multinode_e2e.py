@@ -30,10 +30,10 @@ def cluster() -> Iterator[Any]:
     from ray._private.authentication.authentication_token_setup import _enable_token_auth
     from ray.cluster_utils import Cluster
 
-    from worker.ray_head import ensure_token_env, free_ports
+    from launcher.ray_head import ensure_token_env, free_ports
 
     ensure_token_env()
-    # The same start-up allowances the embedded head gets (worker.ray_head), for a busy box.
+    # The same start-up allowances the embedded head gets (launcher.ray_head), for a busy box.
     os.environ.setdefault("RAY_DASHBOARD_STARTUP_TIMEOUT_S", "240")
     os.environ.setdefault("RAY_agent_register_timeout_ms", "120000")
     _enable_token_auth()  # this process talks to the new GCS too (Cluster's node checks)
@@ -42,7 +42,8 @@ def cluster() -> Iterator[Any]:
     from ray._common.utils import get_default_ray_temp_dir
 
     os.makedirs(get_default_ray_temp_dir(), exist_ok=True)
-    gcs, dash = free_ports(2)
+    # The agent's port too: Ray's default (52365) may be the free port picked for the dashboard.
+    gcs, dash, agent = free_ports(3)
     c = Cluster(
         initialize_head=True,
         head_node_args={
@@ -51,6 +52,7 @@ def cluster() -> Iterator[Any]:
             "include_dashboard": True,
             "dashboard_host": "127.0.0.1",
             "dashboard_port": dash,
+            "dashboard_agent_listen_port": agent,
             "temp_dir": tempfile.mkdtemp(prefix="shray-mn-", dir="/tmp"),
         },
     )
@@ -65,7 +67,7 @@ def cluster() -> Iterator[Any]:
 
 @pytest.fixture
 def api(tmp_path: Path, data_root: Path, cluster: Any) -> Iterator[ApiServer]:
-    from worker.ray_launcher import RayLauncher, RayLauncherConfig
+    from launcher.ray_launcher import RayLauncher, RayLauncherConfig
 
     launcher = RayLauncher(
         RayLauncherConfig(

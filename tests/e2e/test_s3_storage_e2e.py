@@ -1,7 +1,7 @@
 """Object storage end to end (issue 14 item 4's bar) on a real local Ray and a real local S3
 server (moto): with ``SHUNTER_STORAGE=s3://bucket/prefix`` a job's checkpoints are listed by
 the API under the bucket and are there as objects; a paused job resumes from its checkpoint
-in the bucket (downloaded by the workers) at exactly the next step; the final model downloads
+in the bucket (read through the node cache) at exactly the next step; the final model downloads
 from the bucket; DELETE removes the job's objects."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def s3() -> Iterator[S3Server]:
 def s3_api(
     tmp_path: Path, data_root: Path, ray_launcher: Any, s3: S3Server
 ) -> Iterator[tuple[ApiServer, str]]:
-    from worker.ray_launcher import RayLauncher
+    from launcher.ray_launcher import RayLauncher
 
     bucket = s3.bucket("e2e-" + secrets.token_hex(4))
     # The session's head with this server's endpoint and credentials in the jobs' env.

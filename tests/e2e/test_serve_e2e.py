@@ -56,7 +56,7 @@ def test_sigkilled_service_leaves_no_ray_head_behind(tmp_path: Path) -> None:
         guards = [
             p
             for p in psutil.Process(serve.pid).children()
-            if "worker.head_guard" in " ".join(p.cmdline())
+            if "launcher.head_guard" in " ".join(p.cmdline())
         ]
         assert len(guards) == 1, "the embedded Ray head was not started under its guard"
         pgid = guards[0].pid

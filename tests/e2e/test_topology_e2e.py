@@ -8,11 +8,8 @@ worker node. This is what ``docker/compose.yaml`` runs, minus Docker.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,20 +20,9 @@ from typing import Any
 import httpx
 import pytest
 from harness import MINILM_DIR, tiny_llama_spec, wait_for
+from ray_nodes import alive_nodes, join_node, outward_ip, stop_group
 
 pytestmark = pytest.mark.slow
-
-
-def _stop_group(proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=timeout)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -59,26 +45,16 @@ def pg_database() -> Iterator[str]:
         admin.dispose()
 
 
-def _outward_ip() -> str:
-    """This machine's address on its network (no packet is sent: UDP connect only routes)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(("10.255.255.255", 1))
-        ip: str = s.getsockname()[0]
-    if ip.startswith("127."):
-        pytest.skip("no non-loopback interface for a second Ray node to join over")
-    return ip
-
-
 @pytest.fixture(scope="module")
 def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """`ray start --head` (0 CPUs) and a worker node (2 CPUs) joining it, as separate processes."""
-    from worker.ray_head import RayHead, RayHeadConfig, free_ports
+    from launcher.ray_head import RayHead, RayHeadConfig
 
     # Two nodes join over the machine's own address, as on a real network (a loopback-only
     # head cannot take a second node).
-    ip = _outward_ip()
+    ip = outward_ip()
     # A node image's `python` has shunter[train] installed; here that is this venv's (the
-    # launcher runs `python -m worker.driver` on an external cluster, not sys.executable).
+    # launcher runs `python -m worker.launch_driver` on an external cluster, not sys.executable).
     multi = {
         "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
@@ -89,36 +65,10 @@ def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
         )
     )
     worker_dir = tmp_path_factory.mktemp("topo-worker")
-    env = {
-        **os.environ,
-        "RAY_AUTH_MODE": "token",
-        "RAY_AUTH_TOKEN": head.token,
-        "RAY_agent_register_timeout_ms": "120000",
-        **multi,
-    }
 
     def join(attempt: int) -> subprocess.Popen[bytes]:
-        ports = free_ports(6, ip)
-        cmd = [
-            sys.executable, "-m", "ray.scripts.scripts", "start", "--block",
-            f"--address={head.gcs_address}", f"--node-ip-address={ip}", "--num-cpus=2",
-            f"--node-manager-port={ports[0]}", f"--object-manager-port={ports[1]}",
-            f"--dashboard-agent-listen-port={ports[2]}",
-            f"--dashboard-agent-grpc-port={ports[3]}",
-            f"--runtime-env-agent-port={ports[4]}", f"--metrics-export-port={ports[5]}",
-            "--disable-usage-stats",
-        ]  # fmt: skip
-        with open(worker_dir / f"worker-node-{attempt}.log", "wb") as log:
-            return subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-
-    headers = {"Authorization": f"Bearer {head.token}"}
-
-    def nodes() -> list[dict[str, Any]]:
-        r = httpx.get(f"{head.dashboard_url}/api/v0/nodes", headers=headers, timeout=5)
-        out: list[dict[str, Any]] = r.json()["data"]["result"]["result"]
-        return [n for n in out if n["state"] == "ALIVE"]
+        log = worker_dir / f"worker-node-{attempt}.log"
+        return join_node(head, ip, cpus=2, log=log, env=multi)
 
     # Ray gives a joining raylet a fixed 30 s to register; on a loaded machine that can run
     # out, and `ray start` then exits: start it again (fresh ports), as an operator would.
@@ -126,7 +76,9 @@ def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
     try:
         for attempt in range(2, 5):
             alive = wait_for(
-                lambda node=node: node.poll() is not None or ((n := nodes()) and len(n) == 2 and n),
+                lambda node=node: (
+                    node.poll() is not None or ((n := alive_nodes(head)) and len(n) == 2 and n)
+                ),
                 timeout=180,
                 what=f"the worker node to join (logs: {worker_dir})",
             )
@@ -135,9 +87,10 @@ def ray_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, An
             node = join(attempt)
         assert isinstance(alive, list), f"the worker node never joined (logs: {worker_dir})"
         worker_id = next(n["node_id"] for n in alive if not n["is_head_node"])
+        headers = {"Authorization": f"Bearer {head.token}"}
         yield {"head": head, "worker_node_id": worker_id, "headers": headers}
     finally:
-        _stop_group(node)
+        stop_group(node)
         head.stop()
 
 
@@ -181,7 +134,7 @@ def _serve(
 def test_two_replicas_one_database_a_head_and_a_worker_node(
     tmp_path: Path, pg_database: str, ray_nodes: dict[str, Any]
 ) -> None:
-    from worker.ray_head import free_ports
+    from launcher.ray_head import free_ports
 
     head = ray_nodes["head"]
     data = tmp_path / "data"
@@ -233,5 +186,5 @@ def test_two_replicas_one_database_a_head_and_a_worker_node(
         assert [p["step"] for p in loss["data"]] == [1, 2, 3]
     finally:
         for proc in replicas:
-            _stop_group(proc)
+            stop_group(proc)
         time.sleep(0.5)

@@ -145,3 +145,27 @@ def test_bad_files_and_requests_name_the_line_or_field(oai: Callable[..., OpenAI
             base_url="http://testserver/v1", api_key="wrong", http_client=c._client
         ).models.list()
     assert auth.value.body["type"] == "authentication_error"  # type: ignore[index]
+
+
+def test_a_checkpoint_names_the_model_download_of_its_step(
+    oai: Callable[..., OpenAI], db: Any
+) -> None:
+    from service.db.models import Checkpoint
+    from shunter.model_names import model_ref
+
+    c = oai()
+    f = c.files.create(file=("chat.jsonl", _jsonl(CHAT)), purpose="fine-tune")
+    job = c.fine_tuning.jobs.create(model="shunter-tiny-llama", training_file=f.id, suffix="s")
+    job_id = job.id.removeprefix("ft")
+    db.write(
+        lambda s: s.add(
+            Checkpoint(
+                job_id=job_id, attempt=1, step=4, uri="/x/checkpoint-4", bytes=1, metrics={},
+                verified=True,
+            )
+        )
+    )  # fmt: skip
+    (ckpt,) = c.fine_tuning.jobs.checkpoints.list(job.id).data
+    assert ckpt.fine_tuned_model_checkpoint.startswith("ft:shunter-tiny-llama:alpha:s:")
+    # ... which is GET /v1/jobs/<job>/checkpoints/4/download (shunter download NAME).
+    assert model_ref(ckpt.fine_tuned_model_checkpoint) == (job_id, "4")

@@ -1,5 +1,5 @@
 """A launcher for ``test_serve_workers``: records in ``$SHUNTER_TEST_LAUNCH_LOG`` whether each
-process started a head (no ``ray_address``) or joined one, like ``worker.ray_launcher``."""
+process started a head (no ``ray_address``) or joined one, like ``launcher.ray_launcher``."""
 
 from __future__ import annotations
 

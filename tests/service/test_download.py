@@ -1,5 +1,6 @@
 """GET /v1/jobs/{id}/checkpoints/{final|best}/download: the model folder as a tar, byte for
-byte; step checkpoints, missing models and other teams' jobs are refused clearly."""
+byte; unknown checkpoints, missing models and other teams' jobs are refused clearly (step
+checkpoints as models: test_checkpoint_download.py)."""
 
 from __future__ import annotations
 
@@ -42,7 +43,11 @@ def test_final_model_downloads_as_a_tar(
         got = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
     assert got == {f"{job_id}-final/{k}": v for k, v in files.items()}
 
-    for ckpt, phrase in (("best", "load_best_model_at_end"), ("12", "engine's format")):
+    for ckpt, phrase in (
+        ("best", "load_best_model_at_end"),
+        ("12", "no verified checkpoint at step 12"),
+        ("latest", "step number of a verified checkpoint"),
+    ):
         r = client.get(f"/v1/jobs/{job_id}/checkpoints/{ckpt}/download", headers=bearer(token))
         assert r.status_code == 409 and phrase in r.json()["message"], r.text
     other = make_token("beta")

@@ -46,7 +46,7 @@ def test_keys_are_per_team(client: Any, make_token: Any, db: Any) -> None:
 
 def test_concurrent_retries_make_one_job(app: Any, admin_token: str, db: Any) -> None:
     from service.accounts.auth import Principal, Role
-    from service.jobs.submit import submit_job
+    from service.jobs.submit import SubmitContext, submit_job
 
     st = app.state.shunter
     principal = Principal(token_id="t", team="default", role=Role.ADMIN, name="admin")
@@ -67,9 +67,11 @@ def test_concurrent_retries_make_one_job(app: Any, admin_token: str, db: Any) ->
                     raw=raw,
                     content_type="application/json",
                     idempotency_key="same",
-                    data_roots=st.settings.data_roots,
-                    storage=st.settings.storage,
-                    cluster=cluster,
+                    ctx=SubmitContext(
+                        data_roots=st.settings.data_roots,
+                        storage=st.settings.storage,
+                        cluster=cluster,
+                    ),
                 )
             )
         except BaseException as exc:

@@ -1,4 +1,4 @@
-"""``service.storage`` against a real local S3 server (moto), and on a local path: the same
+"""``storage`` against a real local S3 server (moto), and on a local path: the same
 calls give the same answers on both, which is what the workers and the API rely on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from s3_server import S3Server, aws_env, running_s3
 
-from service import storage
+import storage
 
 
 @pytest.fixture(scope="module")
@@ -48,6 +48,15 @@ def test_upload_list_download_delete(root: str, tmp_path: Path) -> None:
     got = storage.download_dir(ckpt, tmp_path / "dl")
     assert (got / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
     assert b"".join(storage.open_read(storage.join(ckpt, "sub", "b.bin"))) == bytes(range(256)) * 9
+    # A checkpoint's downloadable model (hf/, hf.json) is no resume input: left out.
+    storage.write_bytes(storage.join(ckpt, "hf", "model.safetensors"), b"m")
+    storage.write_bytes(storage.join(ckpt, "hf.json"), b"{}")
+    resume = storage.download_dir(ckpt, tmp_path / "resume", skip=storage.CHECKPOINT_MODEL_FILES)
+    assert sorted(str(p.relative_to(resume)) for p in resume.rglob("*") if p.is_file()) == [
+        "a.json",
+        "sub/b.bin",
+    ]
+    assert (resume / "sub" / "b.bin").read_bytes() == (src / "sub" / "b.bin").read_bytes()
     assert storage.delete_tree(storage.join(root, "job1")) is True
     assert storage.list_files(ckpt) == []
     assert storage.delete_tree(storage.join(root, "job1")) is False

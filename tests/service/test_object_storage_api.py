@@ -17,7 +17,7 @@ from s3_server import S3Server, aws_env, running_s3
 from sqlalchemy import update
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
-from service import storage
+import storage
 from service.db.models import Job
 from worker.probe import probe
 
@@ -94,3 +94,35 @@ def test_doctor_probe_writes_reads_and_deletes_an_object(s3: S3Server, bucket: s
     assert not [k for k in s3.keys(bucket) if ".doctor-" in k]  # the probe object is gone
     missing = probe(f"s3://no-such-{bucket}/shunter")["storage"]
     assert missing["writable"] is False and missing["error"]
+
+
+def test_save_total_limit_prunes_the_bucket_and_the_listing(
+    client: Any, db: Any, admin_token: str, s3: S3Server, bucket: str
+) -> None:
+    spec = tiny_spec(
+        "s3-prune",
+        save_total_limit=2,
+        load_best_model_at_end=True,
+        metric_for_best_model="loss",
+        eval_strategy="steps",
+        eval_steps=2,
+        save_steps=2,
+    )
+    spec["data"]["eval"] = spec["data"]["train"]
+    job_id = submit(client, admin_token, spec)["id"]
+    n, t = claim(db, job_id)
+    out = client.get(internal(job_id, n, "spec"), headers=bearer(t)).json()["output_dir"]
+    url = internal(job_id, n, "checkpoints")
+    # Step 2 is the best eval_loss and stays; 4 goes when 8 arrives (the newest two: 6, 8).
+    for step, loss in ((2, 0.1), (4, 0.5), (6, 0.4), (8, 0.3)):
+        uri = f"{out}/checkpoint-{step}"
+        storage.write_bytes(f"{uri}/manifest.json", b"{}")
+        storage.write_bytes(f"{uri}/model/__0_0.distcp", b"x" * 10)
+        body = {"step": step, "uri": uri, "bytes": 12, "verified": True,
+                "metrics": {"eval_loss": loss}}  # fmt: skip
+        assert client.post(url, json=body, headers=bearer(t)).status_code == 200
+    listed = client.get(f"/v1/jobs/{job_id}/checkpoints", headers=bearer(admin_token)).json()
+    assert [c["step"] for c in listed["data"]] == [2, 6, 8]
+    # (pyarrow may leave empty directory markers: "shunter/<job>/")
+    stored = {k.split("/")[2] for k in s3.keys(bucket, f"shunter/{job_id}/")} - {""}
+    assert stored == {"checkpoint-2", "checkpoint-6", "checkpoint-8"}, stored

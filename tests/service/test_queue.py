@@ -2,18 +2,62 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from service.scheduler.policy.plan import (
+from service.policy.plan import (
     NodeFree,
+    PolicyConfig,
+    QueueDecision,
     QueueEntry,
     TeamQuota,
     TeamUsage,
-    order_queue,
     place_gang,
+    plan,
 )
+from service.policy.preemption import PreemptRules
+from service.policy.snapshot import ActiveJob, Snapshot, TeamState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def order_queue(
+    entries: Sequence[QueueEntry],
+    nodes: Sequence[NodeFree],
+    *,
+    usage: Mapping[str, TeamUsage] | None = None,
+    quotas: Mapping[str, TeamQuota] | None = None,
+) -> list[QueueDecision]:
+    """``plan`` with priority-then-age order and backfill over free ``nodes``, quotas checked
+    against ``usage`` (held as that many equal jobs); no fair share, reservations or
+    preemption; totals unbounded, so no job is "never fits" by this view."""
+    held = [
+        ActiveJob(
+            entry=QueueEntry(
+                job_id=f"held-{team}-{i}",
+                team=team,
+                priority="normal",
+                created_at=T0,
+                num_workers=1,
+                cpus_per_worker=u.cpus / u.running_jobs,
+                gpus_per_worker=u.gpus / u.running_jobs,
+            ),
+            started_at=T0,
+        )
+        for team, u in (usage or {}).items()
+        for i in range(u.running_jobs)
+    ]
+    snap = Snapshot(
+        now=T0,
+        totals=[NodeFree(node_id="unbounded", cpus=math.inf, gpus=math.inf)],
+        free=list(nodes),
+        queued=list(entries),
+        active=held,
+        teams={t: TeamState(quota=q) for t, q in (quotas or {}).items()},
+    )
+    off = PreemptRules(by_priority=False, by_fair_share=False)
+    return plan(snap, PolicyConfig(fair_share=False, reservations=False, preempt=off)).decisions
 
 
 def entry(
@@ -104,3 +148,32 @@ def test_gpu_and_cpu_quotas() -> None:
     )
     assert [d.start_now for d in got] == [True, False]
     assert "GPUs" in (got[1].reason or "")
+
+
+def test_pack_places_as_place_gang_then_take_would() -> None:
+    import random
+
+    from service.policy.capacity import pack, take
+
+    rng = random.Random(4)
+    for _ in range(200):
+        nodes = [
+            node(f"n{i}", rng.choice([4, 8, 16, 7.5]), rng.choice([0, 1, 2, 8]))
+            for i in range(rng.randint(1, 9))
+        ]
+        gangs = [
+            entry(
+                f"g{k}",
+                workers=rng.randint(1, 3),
+                cpus=rng.choice([0.5, 1, 2, 4, 0.1]),
+                gpus=rng.choice([0, 0, 1, 2, 0.5]),
+            )
+            for k in range(rng.randint(0, 12))
+        ]
+        free, want = list(nodes), []
+        for g in gangs:
+            placement = place_gang(g, free)
+            want.append(placement)
+            if placement is not None:
+                free = take(free, placement, g)
+        assert pack(nodes, gangs) == (free, want)

@@ -42,6 +42,7 @@ EXPECTED = {
     ("failed", "queued"), ("cancelled", "queued"),
     ("queued", "paused"), ("starting", "paused"), ("running", "paused"),
     ("paused", "queued"), ("paused", "cancelled"),
+    ("queued", "pruned"), ("starting", "pruned"), ("running", "pruned"), ("paused", "pruned"),
 }  # fmt: skip
 
 
@@ -53,6 +54,7 @@ def test_move_table_every_pair(source: JobStatus, target: JobStatus) -> None:
 
 def test_succeeded_never_moves_and_terminal_leave_only_by_resume() -> None:
     assert LEGAL_MOVES[S.SUCCEEDED] == frozenset()
+    assert LEGAL_MOVES[S.PRUNED] == frozenset()  # a pruned trial is never resumed
     for t in TERMINAL:
         assert LEGAL_MOVES[t] <= {S.QUEUED}
 

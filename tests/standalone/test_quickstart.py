@@ -156,7 +156,7 @@ def test_quickstart_from_a_lone_copy(tmp_path: Path) -> None:
         guards = [
             p.pid
             for p in psutil.Process(serve.pid).children(recursive=True)
-            if "worker.head_guard" in " ".join(p.cmdline())
+            if "launcher.head_guard" in " ".join(p.cmdline())
         ]
         outputs: dict[str, str] = {}
         job_id = None

@@ -8,10 +8,10 @@ step: Adam's division by sqrt(v) amplifies last-bit gradient differences). bf16 
 to 1e-2 of the fp32 curve: its rounding differs by design.
 
 Resume: checkpoints written after step 2 are loaded in a new process group with a freshly
-built model and engine: FSDP 2 -> 4 ranks (new processes); FSDP, DDP, TP and FSDP+TP -> one
-process (no group at all); DDP, DeepSpeed ZeRO-2/3 (its own shard format) and TP at the same
-world size, in a second group created in the same 2 processes. Steps 3-4 must equal the
-uninterrupted run.
+built model and engine: FSDP 2 -> 4 ranks and FSDP+TP / HSDP 4 -> 2 ranks as FSDP (new
+processes); FSDP, DDP, TP and FSDP+TP -> one process (no group at all); DDP, DeepSpeed
+ZeRO-2/3 (its own shard format) and TP at the same world size, in a second group created in
+the same 2 processes. Steps 3-4 must equal the uninterrupted run.
 
 Strategies are batched several per spawn (imports and DeepSpeed start-up dominate): about
 3-4 minutes on 2 quiet cores, much longer when the cores are shared.
@@ -178,6 +178,32 @@ def test_fsdp_resume_2_to_4_processes(
     four_process: dict[str, Any], reference: dict[str, Any]
 ) -> None:
     resumed = four_process["resume-fsdp-2to4"]
+    assert _close(resumed["losses"], reference["losses"][2:], TOL), (resumed, reference["losses"])
+    assert _close(resumed["norms"], reference["norms"][2:], TOL)
+
+
+@pytest.fixture(scope="module")
+def four_to_two(four_process: dict[str, Any], work: Path) -> dict[str, Any]:
+    """The 4-rank DCP checkpoints, resumed by 2 ranks as FSDP (world size 4 -> 2)."""
+    jobs = [
+        Job(
+            name=f"resume-{name}-4to2",
+            cfg=_TWO_PROCESS["fsdp-full_shard"],
+            first=3,
+            load_from=str(work / f"ckpt-{name}"),
+        )
+        for name in _FOUR_PROCESS
+    ]
+    return spawn(2, jobs, work)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saved", list(_FOUR_PROCESS))
+def test_dcp_resume_4_to_2_processes(
+    saved: str, four_to_two: dict[str, Any], reference: dict[str, Any]
+) -> None:
+    # A job saved by 4 workers (FSDP+TP 2x2, HSDP 2x2) resumes on 2 (FSDP): DCP reshards.
+    resumed = four_to_two[f"resume-{saved}-4to2"]
     assert _close(resumed["losses"], reference["losses"][2:], TOL), (resumed, reference["losses"])
     assert _close(resumed["norms"], reference["norms"][2:], TOL)
 

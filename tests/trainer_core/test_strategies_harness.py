@@ -63,6 +63,11 @@ class Job:
     seq_len: int = SEQ_LEN
     full_state_path: str | None = None
     timed_from: int | None = None  # first step counted in seconds/tokens (None: all)
+    # Object storage: after the save, write its manifest and upload it to this URI ...
+    upload_to: str | None = None
+    # ... and load_from is such a URI, read through a node cache at load_via.format(rank=r).
+    load_via: str | None = None
+    block_size: int | None = None  # the uploaded manifest's hashed blocks (default 4 MiB)
 
 
 def batch_for(step: int, job: Job) -> torch.Tensor:
@@ -86,8 +91,12 @@ def run_job(job: Job, device: torch.device) -> dict[str, Any]:
         return torch.optim.AdamW(m.parameters(), lr=LR)
 
     engine = build_engine(model, job.cfg, make_optimizer=make_optimizer, device=device)
+    files, load_s = None, 0.0
     if job.load_from:
-        engine.load(Path(job.load_from))
+        start = time.perf_counter()
+        path, files = _checkpoint_to_load(job)
+        engine.load(path, files=files)
+        load_s = time.perf_counter() - start
     losses: list[float] = []
     norms: list[float] = []
     tokens = 0
@@ -113,12 +122,57 @@ def run_job(job: Job, device: torch.device) -> dict[str, Any]:
         if job.save_after == step:
             assert job.save_dir is not None
             engine.save(Path(job.save_dir))
+            if job.upload_to:
+                _upload(Path(job.save_dir), job.upload_to, job.block_size)
     elapsed = time.perf_counter() - start
     if job.full_state_path:
         full = engine.full_state_dict()
         if full:
             torch.save(full, job.full_state_path)
-    return {"losses": losses, "norms": norms, "seconds": elapsed, "tokens_per_rank": tokens}
+    out = {
+        "losses": losses,
+        "norms": norms,
+        "seconds": elapsed,
+        "tokens_per_rank": tokens,
+        "load_s": _per_rank(load_s),  # each rank's checkpoint load (fetches included)
+    }
+    if files is not None:  # bytes each rank's node fetched, per file
+        out["fetched"] = _per_rank(files.fetched())  # type: ignore[attr-defined]
+    return out
+
+
+def _checkpoint_to_load(job: Job) -> tuple[Path, Any]:
+    """``job.load_from`` on local disk, or (``load_via``) its view in this rank's node cache."""
+    if job.load_via is None:
+        return Path(job.load_from or ""), None
+    from worker.staging import cached, localize
+
+    rank = dist.get_rank() if dist.is_initialized() else 0
+    path = localize(job.load_from or "", Path(job.load_via.format(rank=rank)), local_rank=0)
+    return path, cached(path)
+
+
+def _upload(directory: Path, uri: str, block_size: int | None) -> None:
+    """Publish a checkpoint every rank saved into ``directory`` as a job's lands in the
+    bucket: its manifest, then every file."""
+    import storage
+    from trainer_core.manifest import file_table, write_manifest
+
+    if dist.is_initialized():
+        dist.barrier()  # every rank's files are written
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        write_manifest(directory, file_table(directory, block_size=block_size))
+        storage.upload_dir(directory, uri)
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def _per_rank(value: Any) -> list[Any]:
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    out: list[Any] = [value] * world
+    if world > 1:
+        dist.all_gather_object(out, value)
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -256,3 +257,71 @@ def test_a_checkpoint_is_reported_to_ray_only_after_its_metrics_are_delivered(
     reporter.report(4, {"loss": 1.0}, checkpoint_dir=tmp_path)
     assert seen_at_report == [[1, 2, 3, 4]]
     reporter.close()
+
+
+def test_points_a_checkpoint_ran_ahead_of_survive_the_service_dying(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``shunter serve`` SIGKILLed during the flush at a checkpoint: the checkpoint is on disk,
+    its last points never reached the API, and the next attempt resumes after them. The
+    spool carries them over: the next attempt's rank 0 sends them first (once seen: 37 of 40
+    loss points)."""
+    import math
+
+    import ray.train
+
+    from worker.ray_reporter import RayReporter
+
+    monkeypatch.setattr(ray.train, "report", lambda *a, **k: None)
+    spool = tmp_path / "metrics-spool.jsonl"
+    dead = FakeApi()
+    api, _ = client(dead, attempts=1)
+    sender = MetricsSender(api, batch_size=1000, interval_s=60)
+    first = RayReporter(rank=0, sender=sender, resume_from=None, total_steps=8, spool=spool)
+    first.flush_timeout_s = 0.5
+    dead.down = True  # the service died
+    for step in range(1, 4):
+        first.report(step, {"loss": 1.0 / step})
+    first.report(4, {"loss": math.nan}, checkpoint_dir=tmp_path / "checkpoint-4")
+    assert dead.points == [] and spool.exists()  # not delivered, but spooled
+    assert '"value": "NaN"' in spool.read_text()
+    # The worker dies with the service: nothing more is sent by this attempt.
+    sender.close(timeout_s=0.1)
+
+    alive = FakeApi()
+    api2, _ = client(alive)
+    second = RayReporter(
+        rank=0, sender=MetricsSender(api2, interval_s=60), resume_from=None, spool=spool
+    )
+    got = [(p["step"], p["name"], p["value"]) for p in alive.points]
+    assert got[:3] == [(1, "loss", 1.0), (2, "loss", 0.5), (3, "loss", 1.0 / 3)]
+    assert (4, "loss", "NaN") in got  # strict JSON on the wire
+    assert not spool.exists()  # delivered: the spool is gone
+    # A checkpoint whose flush succeeds leaves no spool behind either.
+    second.report(5, {"loss": 0.2}, checkpoint_dir=tmp_path / "checkpoint-5")
+    assert not spool.exists() and alive.points[-1]["step"] == 5
+    second.close()
+
+
+def test_phase_sender_posts_each_phase_once_in_order_and_survives_a_refusal() -> None:
+    from worker.phases import PhaseSender
+
+    seen: list[dict[str, Any]] = []
+
+    def fake(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if body["phase"] == "model_built":
+            return httpx.Response(422, json={"message": "no"})  # dropped, not retried
+        seen.append(body)
+        return httpx.Response(200, json={"status": "ok"})
+
+    api = InternalApi(
+        api_url="http://api", token="t", job_id="j", attempt=1,
+        transport=httpx.MockTransport(fake), sleep=lambda _s: None,
+    )  # fmt: skip
+    sender = PhaseSender(api)
+    for phase in ("workers_up", "model_built", "first_step", "first_step", "workers_up"):
+        sender.mark(phase)
+    sender.close()
+    assert [b["phase"] for b in seen] == ["workers_up", "first_step"]
+    assert all(datetime.fromisoformat(b["time"]).tzinfo is not None for b in seen)

@@ -1,4 +1,4 @@
-"""worker.head_guard: the embedded Ray head's process group dies with the service."""
+"""launcher.head_guard: the embedded Ray head's process group dies with the service."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 SERVICE = """
 import os, subprocess, sys, time
 guard = subprocess.Popen(
-    [sys.executable, "-m", "worker.head_guard", str(os.getpid()), "--", "sleep", "300"],
+    [sys.executable, "-m", "launcher.head_guard", str(os.getpid()), "--", "sleep", "300"],
     start_new_session=True,
 )
 print(guard.pid, flush=True)
@@ -47,12 +47,15 @@ def test_a_killed_service_takes_the_guarded_group_with_it() -> None:
 
 def test_the_guard_exits_with_its_command_status() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "worker.head_guard", str(os.getpid()), "--", "sh", "-c", "exit 7"],
+        [sys.executable, "-m", "launcher.head_guard", str(os.getpid()), "--", "sh", "-c", "exit 7"],
         cwd=REPO,
         timeout=30,
     )
     assert done.returncode == 7
     bad = subprocess.run(
-        [sys.executable, "-m", "worker.head_guard", "1"], cwd=REPO, timeout=30, capture_output=True
+        [sys.executable, "-m", "launcher.head_guard", "1"],
+        cwd=REPO,
+        timeout=30,
+        capture_output=True,
     )
     assert bad.returncode == 2 and b"usage" in bad.stderr

@@ -12,7 +12,8 @@ from typing import Any
 
 import httpx
 
-from worker.checkpoint_callback import RestartWatch, checkpoint_step
+from storage import checkpoint_step
+from worker.checkpoint_callback import RestartWatch
 from worker.internal_api import InternalApi, RetryPolicy, StopWatch
 from worker.ray_reporter import RayReporter
 
@@ -143,3 +144,4 @@ def test_checkpoint_step() -> None:
     assert checkpoint_step("/s/job-1/checkpoint-120") == 120
     assert checkpoint_step(None) == 0
     assert checkpoint_step("/s/job-1/final") == 0
+    assert checkpoint_step("s3://b/p/job-1/checkpoint-7/") == 7

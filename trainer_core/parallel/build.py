@@ -76,8 +76,12 @@ def build_engine(
         )
 
     if cfg.strategy == "ddp":
+        # gradient_as_bucket_view: grads are views into DDP's all-reduce buckets rather than a
+        # second copy, so gradient memory is 1x (what the dry-run plan counts), not 2x.
         ddp = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
         )
         return TorchEngine(
             model=ddp,

@@ -22,6 +22,7 @@ an LR scheduler built on it drives DeepSpeed's step (ZeRO reads its ``param_grou
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
 import socket
 from collections.abc import Callable, Iterator
@@ -35,6 +36,8 @@ import torch.distributed as dist
 from torch import nn
 
 from shunter.jobspec.deepspeed import TrainingValues, deepspeed_config
+from trainer_core.fetch import CheckpointFiles
+from trainer_core.manifest import MANIFEST, parse_manifest
 from trainer_core.parallel.config import ParallelConfig
 from trainer_core.parallel.grad_norm import clip_grad_norm
 
@@ -117,7 +120,9 @@ class DeepSpeedEngine:
         finally:
             self.model.set_gradient_accumulation_boundary(True)
 
-    def clip_and_step(self, max_grad_norm: float | None) -> torch.Tensor:
+    def clip_and_step(
+        self, max_grad_norm: float | None, skip: Callable[[torch.Tensor], bool] | None = None
+    ) -> torch.Tensor:
         if max_grad_norm != self.max_grad_norm:
             raise ValueError(
                 f"DeepSpeed fixes gradient_clipping={self.max_grad_norm} at construction; "
@@ -129,6 +134,12 @@ class DeepSpeedEngine:
         ):
             # Plain data parallel: DeepSpeed clips but discards the norm; grads are full here.
             own_norm = clip_grad_norm(self.unwrapped.parameters(), None)
+        # The divergence guard sees the norm only where we computed it before the step; under
+        # ZeRO/mixed precision DeepSpeed computes it inside step(), so the guard judges the
+        # loss alone there (DeepSpeed's own fp16 scaler still skips overflowing steps).
+        if skip is not None and skip(own_norm if own_norm is not None else torch.zeros(())):
+            self.model.zero_grad()  # skipped: no optimizer step, gradients dropped
+            return own_norm if own_norm is not None else torch.tensor(float("nan"))
         self.model.step()  # clips, steps, zeroes grads
         if own_norm is not None:
             return own_norm
@@ -147,10 +158,11 @@ class DeepSpeedEngine:
         # Every rank writes its ZeRO partition; rank 0 also the module weights.
         self.model.save_checkpoint(str(directory), tag=_TAG, save_latest=False)
 
-    def load(self, directory: Path) -> None:
-        path, _ = self.model.load_checkpoint(
-            str(directory), tag=_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
-        )
+    def load(self, directory: Path, files: CheckpointFiles | None = None) -> None:
+        with _fetching(self.model, directory, files):
+            path, _ = self.model.load_checkpoint(
+                str(directory), tag=_TAG, load_optimizer_states=True, load_lr_scheduler_states=False
+            )
         if path is None:
             raise FileNotFoundError(f"no DeepSpeed checkpoint under {directory}/{_TAG}")
 
@@ -169,6 +181,45 @@ class DeepSpeedEngine:
             else:
                 full[name] = t.detach().cpu()
         return full if dist.get_rank() == 0 else {}
+
+
+@contextlib.contextmanager
+def _fetching(ds: Any, directory: Path, files: CheckpointFiles | None) -> Iterator[None]:
+    """While DeepSpeed loads from ``directory``, each file it reads is fetched first.
+
+    It reads them all through its checkpoint engine (``checkpoint_engine.load``): the model
+    states, and the ZeRO partition of this rank only (its optimizer refuses another world
+    size). But it finds the model-states files by globbing the directory before it reads, so
+    the ones its glob would match (DeepSpeed's own pattern: ``mp_rank_*`` files, or under
+    ZeRO-3 this rank's ``zero_pp_rank_<r>_mp_rank_*``; ``_get_ckpt_name``, 0.19.8) are fetched
+    before it looks."""
+    if files is None:
+        yield
+        return
+    pattern = ds._get_ckpt_name(str(directory), _TAG, mp_placeholder="*")
+    for rel in parse_manifest((directory / MANIFEST).read_text()):
+        if fnmatch.fnmatchcase(str(directory / rel), pattern):
+            files.fetch(rel)
+    inner = ds.checkpoint_engine
+    ds.checkpoint_engine = _FetchFirst(inner, directory, files)
+    try:
+        yield
+    finally:
+        ds.checkpoint_engine = inner
+
+
+class _FetchFirst:
+    """DeepSpeed's checkpoint engine, fetching each file before it loads it."""
+
+    def __init__(self, inner: Any, directory: Path, files: CheckpointFiles) -> None:
+        self._inner, self._directory, self._files = inner, directory, files
+
+    def load(self, path: str, *args: Any, **kwargs: Any) -> Any:
+        self._files.fetch(os.path.relpath(path, self._directory))
+        return self._inner.load(path, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 def _gathered(param: nn.Parameter) -> torch.Tensor:

@@ -28,6 +28,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
+from trainer_core.fetch import CheckpointFiles
+from trainer_core.parallel.dcp_files import FetchingReader, SmallFirstWriter
 from trainer_core.parallel.grad_norm import clip_grad_norm
 
 __all__ = ["TorchEngine"]
@@ -72,12 +74,17 @@ class TorchEngine:
     def no_sync(self) -> AbstractContextManager[None]:
         return self.no_sync_factory()
 
-    def clip_and_step(self, max_grad_norm: float | None) -> torch.Tensor:
+    def clip_and_step(
+        self, max_grad_norm: float | None, skip: Callable[[torch.Tensor], bool] | None = None
+    ) -> torch.Tensor:
         if self.scaler is not None:
             # Unscale before measuring so the norm and the clip are in true units.
             self.scaler.unscale_(self.optimizer)
         norm = clip_grad_norm(self._params, max_grad_norm)
-        if self.scaler is not None:
+        if skip is not None and skip(norm):  # the divergence guard: leave params untouched
+            if self.scaler is not None:
+                self.scaler.update()  # an inf backs the scale off, as a skipped fp16 step does
+        elif self.scaler is not None:
             # Skips the step on inf/nan and adjusts the scale; kept beside the step on purpose.
             self.scaler.step(self.optimizer)
             self.scaler.update()
@@ -99,18 +106,24 @@ class TorchEngine:
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         dcp.save(  # type: ignore[attr-defined]
-            state, checkpoint_id=str(directory), no_dist=not self.distributed
+            state,
+            checkpoint_id=str(directory),
+            storage_writer=SmallFirstWriter(directory),
+            no_dist=not self.distributed,
         )
 
-    def load(self, directory: Path) -> None:
+    def load(self, directory: Path, files: CheckpointFiles | None = None) -> None:
         # The current (possibly sharded) state dicts are the templates DCP reads into, so
-        # each rank fetches exactly its own shards, whatever world size wrote them.
+        # each rank reads exactly its own shards, whatever world size wrote them.
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
         dcp.load(  # type: ignore[attr-defined]
-            state, checkpoint_id=str(directory), no_dist=not self.distributed
+            state,
+            checkpoint_id=str(directory),
+            storage_reader=None if files is None else FetchingReader(files),
+            no_dist=not self.distributed,
         )
         set_state_dict(
             self.model,

@@ -19,15 +19,20 @@ first token of each example is never a target (nothing in the same example predi
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import TaskOps, pad_to, shift_count
+from trainer_core.config import DataConfig
+from trainer_core.tasks.base import (
+    TaskOps,
+    cross_entropy_loss,
+    cross_entropy_stats,
+    pad_to,
+    perplexity_metrics,
+    shift_count,
+)
 
 __all__ = ["CHATML", "OPS", "encode_messages", "pack_examples"]
 
@@ -150,43 +155,15 @@ class ChatCollator:
         return {"input_ids": ids, "position_ids": pad_to(positions, 0), "labels": labels}
 
 
-def _causal_terms(
-    output: Any, labels: torch.Tensor, smoothing: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    logits, target = output.logits[:, :-1], labels[:, 1:]  # position t predicts token t+1
-    flat = logits.reshape(-1, logits.size(-1)).float()
-    target = target.reshape(-1)
-    summed = F.cross_entropy(
-        flat, target, ignore_index=-100, reduction="sum", label_smoothing=smoothing
-    )
-    return summed, (target != -100).sum()
-
-
-def causal_loss(
-    output: Any, labels: torch.Tensor, tc: TrainingConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _causal_terms(output, labels, tc.label_smoothing_factor)
-
-
-def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
-    summed, count = _causal_terms(output, labels, 0.0)  # eval reports the plain loss
-    return torch.stack([summed.float(), count.float()])
-
-
-def perplexity_metrics(stats: list[float]) -> dict[str, float]:
-    loss = stats[0] / max(stats[1], 1.0)
-    return {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 50.0))}
-
-
 OPS = TaskOps(
     name="chat-sft",
     auto_class="AutoModelForCausalLM",
     peft_task="CAUSAL_LM",
     encode=_encode,
-    collator=lambda tok, _config: ChatCollator(tok),
-    loss=causal_loss,
+    collator=lambda tok, _config, _seed: ChatCollator(tok),
+    loss=cross_entropy_loss(shift=True),  # the causal-lm loss: only the masks differ
     target_count=shift_count,
-    eval_stats=_eval_stats,
+    eval_stats=cross_entropy_stats(shift=True),
     metrics=perplexity_metrics,
     # With a KV cache in the forward, transformers skips packed-sequence detection (and
     # training never reads the cache).

@@ -16,7 +16,7 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig, TrainingConfig
 from trainer_core.tasks.base import Collator, TaskOps
-from trainer_core.tasks.regression import encode_text
+from trainer_core.tasks.sequence_classification import encode_text
 
 __all__ = ["OPS", "micro_f1"]
 
@@ -51,7 +51,7 @@ class MultiHotCollator:
         return {**batch, "labels": hot}
 
 
-def _collator(tok: PreTrainedTokenizerBase, config: Any) -> Collator:
+def _collator(tok: PreTrainedTokenizerBase, config: Any, _seed: int) -> Collator:
     return MultiHotCollator(tok, int(config.num_labels))
 
 

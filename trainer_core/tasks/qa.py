@@ -17,11 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import Collator, TaskOps
+from trainer_core.tasks.base import Collator, TaskOps, require_columns, token_cross_entropy
 
 __all__ = ["OPS", "answer_span", "span_f1"]
 
@@ -43,10 +42,8 @@ def _encode(
     rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
 ) -> dict[str, Any]:
     q, c, a = cfg.text_field, cfg.text_pair_field, cfg.label_field
-    for name in (q, c, a):
-        if name is None or name not in rows:
-            raise ValueError(f"data field {name!r} not in the data's columns {list(rows)}")
-    assert c is not None and a is not None
+    require_columns(rows, text_field=q, text_pair_field=c, label_field=a)
+    assert c is not None and a is not None  # the jobspec rules require both
     enc = tok(
         rows[q],
         rows[c],
@@ -79,19 +76,18 @@ class SpanCollator:
         return {**batch, "labels": torch.tensor([r["labels"] for r in rows], dtype=torch.long)}
 
 
-def _collator(tok: PreTrainedTokenizerBase, _config: Any) -> Collator:
+def _collator(tok: PreTrainedTokenizerBase, _config: Any, _seed: int) -> Collator:
     return SpanCollator(tok)
 
 
 def _terms(
     output: Any, labels: torch.Tensor, smoothing: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    start = F.cross_entropy(
-        output.start_logits.float(), labels[:, 0], reduction="sum", label_smoothing=smoothing
-    )
-    end = F.cross_entropy(
-        output.end_logits.float(), labels[:, 1], reduction="sum", label_smoothing=smoothing
-    )
+    # Each end is a classification over the positions: the shared cross-entropy.
+    start = token_cross_entropy(
+        output.start_logits, labels[:, 0], shift=False, smoothing=smoothing
+    )[0]
+    end = token_cross_entropy(output.end_logits, labels[:, 1], shift=False, smoothing=smoothing)[0]
     return (start + end) / 2, start.new_tensor(float(labels.size(0)))
 
 

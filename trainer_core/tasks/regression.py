@@ -14,19 +14,9 @@ from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig, TrainingConfig
 from trainer_core.tasks.base import TaskOps
+from trainer_core.tasks.sequence_classification import encode_text
 
 __all__ = ["OPS"]
-
-
-def encode_text(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
-    """Tokenise ``text_field`` (+ ``text_pair_field``), checking the columns exist."""
-    for name in (cfg.text_field, cfg.text_pair_field, cfg.label_field):
-        if name is not None and name not in rows:
-            raise ValueError(f"data field {name!r} not in the data's columns {list(rows)}")
-    pair = rows[cfg.text_pair_field] if cfg.text_pair_field else None
-    return dict(tok(rows[cfg.text_field], pair, truncation=True, max_length=cfg.max_length))
 
 
 def _encode(
@@ -65,7 +55,7 @@ OPS = TaskOps(
     auto_class="AutoModelForSequenceClassification",
     peft_task="SEQ_CLS",
     encode=_encode,
-    collator=lambda tok, _config: DataCollatorWithPadding(tok),
+    collator=lambda tok, _config, _seed: DataCollatorWithPadding(tok),
     loss=_loss,
     target_count=lambda labels: int(labels.numel()),
     eval_stats=_eval_stats,

@@ -14,11 +14,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedTokenizerBase
 
-from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import Collator, TaskOps, pad_to
+from trainer_core.config import DataConfig
+from trainer_core.tasks.base import (
+    Collator,
+    TaskOps,
+    cross_entropy_loss,
+    cross_entropy_stats,
+    pad_to,
+    require_columns,
+    token_count,
+)
 
 __all__ = ["OPS", "Seq2SeqCollator", "rouge_l"]
 
@@ -26,10 +33,8 @@ __all__ = ["OPS", "Seq2SeqCollator", "rouge_l"]
 def _encode(
     rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
 ) -> dict[str, Any]:
-    for name in (cfg.text_field, cfg.target_field):
-        if name is None or name not in rows:
-            raise ValueError(f"data field {name!r} not in the data's columns {list(rows)}")
-    assert cfg.target_field is not None
+    require_columns(rows, text_field=cfg.text_field, target_field=cfg.target_field)
+    assert cfg.target_field is not None  # the jobspec rules require it for seq2seq
     out = dict(
         tok([str(t) for t in rows[cfg.text_field]], truncation=True, max_length=cfg.max_length)
     )
@@ -57,26 +62,8 @@ class Seq2SeqCollator:
         return {**batch, "decoder_input_ids": decoder, "labels": labels}
 
 
-def _collator(tok: PreTrainedTokenizerBase, config: Any) -> Collator:
+def _collator(tok: PreTrainedTokenizerBase, config: Any, _seed: int) -> Collator:
     return Seq2SeqCollator(tok, config)
-
-
-def _terms(
-    output: Any, labels: torch.Tensor, smoothing: float
-) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = output.logits
-    flat = logits.reshape(-1, logits.size(-1)).float()
-    target = labels.reshape(-1)
-    summed = F.cross_entropy(
-        flat, target, ignore_index=-100, reduction="sum", label_smoothing=smoothing
-    )
-    return summed, (target != -100).sum()
-
-
-def _loss(
-    output: Any, labels: torch.Tensor, tc: TrainingConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _terms(output, labels, tc.label_smoothing_factor)
 
 
 def rouge_l(prediction: list[int], reference: list[int]) -> float:
@@ -96,8 +83,11 @@ def rouge_l(prediction: list[int], reference: list[int]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+_cross_entropy_stats = cross_entropy_stats(shift=False)
+
+
 def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
-    summed, count = _terms(output, labels, 0.0)
+    summed, count = _cross_entropy_stats(output, labels)[:2]
     pred = output.logits.argmax(-1).tolist()  # host sync (eval only)
     gold = labels.tolist()
     total = 0.0
@@ -105,7 +95,7 @@ def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
         keep = [i for i, t in enumerate(g) if t != -100]
         total += rouge_l([p[i] for i in keep], [g[i] for i in keep])
     n = summed.new_tensor(float(len(gold)))
-    return torch.stack([summed.float(), count.float(), summed.new_tensor(total), n])
+    return torch.stack([summed, count, summed.new_tensor(total), n])
 
 
 def _metrics(stats: list[float]) -> dict[str, float]:
@@ -121,8 +111,8 @@ OPS = TaskOps(
     peft_task="SEQ_2_SEQ_LM",
     encode=_encode,
     collator=_collator,
-    loss=_loss,
-    target_count=lambda labels: int((labels != -100).sum()),
+    loss=cross_entropy_loss(shift=False),
+    target_count=token_count,
     eval_stats=_eval_stats,
     metrics=_metrics,
 )

@@ -1,4 +1,4 @@
-"""``GET /v1/jobs/{id}/checkpoints/{ckpt}/download``: the final or best model as a tar."""
+"""``GET /v1/jobs/{id}/checkpoints/{ckpt}/download``: the final, best or a step's model as a tar."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from fastapi import APIRouter
 from fastapi.responses import StreamingResponse
 
 from service.http.deps import CurrentUser, StateDep
-from service.jobs.download import model_dir, tar_stream
+from service.jobs.checkpoint_models import export_config
+from service.jobs.download import resolve_download, tar_stream
 from service.schemas import ErrorBody
 
 __all__ = ["router"]
@@ -19,12 +20,20 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
     response_class=StreamingResponse,
     responses={
         200: {"content": {"application/x-tar": {}}, "description": "HF-layout model folder"},
-        **{c: {"model": ErrorBody} for c in (401, 404, 409)},
+        **{c: {"model": ErrorBody} for c in (401, 404, 409, 500)},
     },
 )
 def download(job_id: str, ckpt: str, st: StateDep, user: CurrentUser) -> StreamingResponse:
-    """``ckpt``: ``final``, or ``best`` (a job run with ``load_best_model_at_end``)."""
-    path = st.db.read(lambda s: model_dir(s, principal=user, job_id=job_id, which=ckpt))
+    """``ckpt``: ``final``, ``best`` (a job run with ``load_best_model_at_end``), or a step
+    number: that verified checkpoint as a model, consolidated on the first request (a sync
+    route: FastAPI runs it in its threadpool, so the wait blocks no event loop)."""
+    export = export_config(
+        home=st.settings.home,
+        python=st.settings.export_python,
+        timeout_s=st.settings.export_timeout_seconds,
+        hf_home=st.settings.hf_home,
+    )
+    path = resolve_download(st.db, principal=user, job_id=job_id, which=ckpt, export=export)
     name = f"{job_id}-{ckpt}"
     return StreamingResponse(
         tar_stream(path, name),

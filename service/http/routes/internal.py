@@ -9,13 +9,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, TypeVar
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from service.http.deps import AppState, StateDep
 from service.jobs import attempts as reports
 from service.jobs import logs as job_logs
+from service.jobs import phases
+from service.jobs.health_files import files_for
+from service.jobs.prune import delete_stored, prune_checkpoints
+from service.jobs.states import fence_attempt
+from service.jobs.straggler import CordonPolicy
 from service.schemas import (
     CheckpointIn,
     CheckpointRead,
@@ -25,8 +30,10 @@ from service.schemas import (
     InternalSpec,
     MetricsAccepted,
     MetricsIn,
+    PhaseIn,
     RestartIn,
     StatusIn,
+    WorkerIn,
 )
 
 __all__ = ["router"]
@@ -83,7 +90,7 @@ def status(
     job_id: str, attempt: int, body: StatusIn, request: Request, st: StateDep
 ) -> dict[str, str]:
     lease = st.settings.lease_seconds
-    _as_attempt(
+    mark = _as_attempt(
         st,
         request,
         job_id,
@@ -92,6 +99,26 @@ def status(
             s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
         ),
     )
+    st.observe_phase(mark)
+    return {"status": "ok"}
+
+
+@router.post("/phases", response_model=dict[str, str])
+def phase(
+    job_id: str, attempt: int, body: PhaseIn, request: Request, st: StateDep
+) -> dict[str, str]:
+    """Rank 0 reached a start-up phase: a ``phase`` event (once per phase) and the histogram."""
+    lease = st.settings.lease_seconds
+    mark = _as_attempt(
+        st,
+        request,
+        job_id,
+        attempt,
+        lambda s: phases.add_worker_phase(
+            s, job_id=job_id, attempt=attempt, phase=body.phase, at=body.time, lease_seconds=lease
+        ),
+    )
+    st.observe_phase(mark)
     return {"status": "ok"}
 
 
@@ -106,25 +133,40 @@ def metrics(
         job_id,
         attempt,
         lambda s: reports.add_metrics(
-            s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
+            s,
+            job_id=job_id,
+            attempt=attempt,
+            body=body,
+            lease_seconds=lease,
+            nodes=lambda: files_for(st.settings).workers(job_id=job_id, attempt=attempt),
+            cordon=CordonPolicy.from_settings(st.settings),
         ),
     )
 
 
 @router.post("/checkpoints", response_model=CheckpointRead)
 def checkpoints(
-    job_id: str, attempt: int, body: CheckpointIn, request: Request, st: StateDep
+    job_id: str,
+    attempt: int,
+    body: CheckpointIn,
+    request: Request,
+    st: StateDep,
+    background: BackgroundTasks,
 ) -> CheckpointRead:
+    """Register a checkpoint; ``save_total_limit`` then prunes the older ones (rows in this
+    transaction, stored objects after the reply)."""
     lease = st.settings.lease_seconds
-    return _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: reports.add_checkpoint(
+
+    def _add(s: Session) -> tuple[CheckpointRead, list[str]]:
+        read = reports.add_checkpoint(
             s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
-        ),
-    )
+        )
+        return read, prune_checkpoints(s, job_id=job_id)
+
+    read, pruned = _as_attempt(st, request, job_id, attempt, _add)
+    if pruned:
+        background.add_task(delete_stored, pruned)
+    return read
 
 
 @router.post("/restarts", response_model=dict[str, str])
@@ -142,6 +184,24 @@ def restarts(
             s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
         ),
     )
+    return {"status": "ok"}
+
+
+@router.post("/workers", response_model=dict[str, str])
+def workers(
+    job_id: str, attempt: int, body: WorkerIn, request: Request, st: StateDep
+) -> dict[str, str]:
+    """A worker of this attempt started: its rank, pid and node, for the hang watch's stack
+    dumps (``service.jobs.hang``). Stored beside the job's logs, one file per rank."""
+    lease = st.settings.lease_seconds
+    _as_attempt(
+        st,
+        request,
+        job_id,
+        attempt,
+        lambda s: fence_attempt(s, job_id=job_id, attempt=attempt, lease_seconds=lease),
+    )
+    files_for(st.settings).put_worker(job_id=job_id, attempt=attempt, worker=body)
     return {"status": "ok"}
 
 

@@ -6,15 +6,16 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import StreamingResponse
+from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from service.accounts.data_roots import roots_for
+from service.errors import Unavailable
 from service.http import log_stream
-from service.http.deps import CurrentUser, Limit, StateDep
+from service.http.deps import CurrentUser, Limit, StateDep, SubmitCtx
 from service.jobs import logs as job_logs_domain
 from service.jobs import preemption
 from service.jobs import queries as jobs
-from service.jobs.hub import policy_from_settings
+from service.jobs.health_files import files_for
+from service.jobs.health_files import job_stacks as job_stacks_domain
 from service.jobs.queue_page import queue_page
 from service.jobs.submit import dry_run as dry_run_job
 from service.jobs.submit import submit_job
@@ -60,6 +61,7 @@ async def submit(
     response: Response,
     st: StateDep,
     user: CurrentUser,
+    ctx: SubmitCtx,
     idempotency_key: Annotated[str | None, Header()] = None,
     dry_run: Annotated[
         bool, Query(description="validate and plan only: 200 {spec, plan}, nothing queued")
@@ -73,26 +75,12 @@ async def submit(
     raw = bytearray()
     async for chunk in request.stream():  # the body limit middleware caps the total
         raw += chunk
-    launcher = st.need_launcher()
-    cluster = await run_in_threadpool(launcher.cluster)
-    data_roots = [  # the server's roots and the team's own
-        *st.settings.data_roots,
-        *await run_in_threadpool(lambda: st.db.read(lambda s: roots_for(s, team=user.team))),
-    ]
     content_type = request.headers.get("content-type")
     if dry_run:
         response.status_code = 200
         return await run_in_threadpool(
             lambda: dry_run_job(
-                st.db,
-                principal=user,
-                raw=bytes(raw),
-                content_type=content_type,
-                data_roots=data_roots,
-                cluster=cluster,
-                ecosystem=policy_from_settings(st.settings),
-                allow_pickle_weights=st.settings.allow_pickle_weights,
-                gpu_memory_bytes=st.settings.gpu_memory_bytes,
+                st.db, principal=user, raw=bytes(raw), content_type=content_type, ctx=ctx
             )
         )
     result = await run_in_threadpool(
@@ -102,13 +90,11 @@ async def submit(
             raw=bytes(raw),
             content_type=content_type,
             idempotency_key=idempotency_key,
-            data_roots=data_roots,
-            storage=st.settings.storage,
-            cluster=cluster,
-            ecosystem=policy_from_settings(st.settings),
-            allow_pickle_weights=st.settings.allow_pickle_weights,
+            ctx=ctx,
         )
     )
+    if result.created:
+        st.wake_scheduler()
     response.status_code = 201 if result.created else 200
     return result.job
 
@@ -160,7 +146,9 @@ def cancel_job(job_id: str, st: StateDep, user: CurrentUser) -> JobRead:
 @router.post("/jobs/{job_id}/resume", response_model=JobRead, responses=_ERRORS)
 def resume_job(job_id: str, st: StateDep, user: CurrentUser) -> JobRead:
     """failed, cancelled or paused -> queued, from the newest verified checkpoint."""
-    return jobs.resume_job(st.db, principal=user, job_id=job_id)
+    job = jobs.resume_job(st.db, principal=user, job_id=job_id)
+    st.wake_scheduler()
+    return job
 
 
 @router.post("/jobs/{job_id}/pause", response_model=JobRead, responses=_ERRORS)
@@ -176,6 +164,23 @@ def list_events(
     return st.db.read(
         lambda s: jobs.list_events(s, principal=user, job_id=job_id, limit=limit, cursor=cursor)
     )
+
+
+@router.get(
+    "/jobs/{job_id}/stacks",
+    response_class=PlainTextResponse,
+    responses={**_ERRORS, 200: {"content": {"text/plain": {}}}},
+)
+def job_stacks(
+    job_id: str,
+    st: StateDep,
+    user: CurrentUser,
+    attempt: Annotated[int, Query(ge=1, description="the attempt that hung")],
+) -> PlainTextResponse:
+    """Every rank's stacks, dumped when the hang watch found this attempt hung."""
+    files = files_for(st.settings)
+    text = job_stacks_domain(st.db, files, principal=user, job_id=job_id, attempt=attempt)
+    return PlainTextResponse(text)
 
 
 @router.get("/jobs/{job_id}/metrics", response_model=MetricsPage, responses=_ERRORS)
@@ -255,7 +260,11 @@ def queue(st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = No
 
 @router.get("/cluster", response_model=ClusterRead, responses=_ERRORS)
 def cluster(st: StateDep, _user: CurrentUser) -> ClusterRead:
-    c = st.need_launcher().cluster()
+    """The cluster now (read from the launcher; 503 when Ray cannot be reached)."""
+    try:
+        c = st.clusters().refresh()
+    except Exception as e:
+        raise Unavailable(f"the cluster (Ray) is unreachable: {type(e).__name__}: {e}"[:500]) from e
     return ClusterRead(
         nodes=[NodeRead.model_validate(n, from_attributes=True) for n in c.nodes],
         total_cpus=c.total_cpus,

@@ -112,7 +112,7 @@ def file_delete(file_id: str, st: StateDep, user: CurrentUser) -> DeletedFile:
 def create_job(
     body: FineTuningJobCreate, st: StateDep, user: CurrentUser, catalog: CatalogDep
 ) -> dict[str, Any]:
-    cluster = st.need_launcher().cluster()
+    cluster = st.clusters().seen().cluster  # the scheduler's last view: no call to Ray
     return ft.create_ft_job(
         st.db,
         principal=user,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from service.scheduler.policy.capacity import NodeFree
-from service.scheduler.policy.snapshot import ActiveJob, QueueEntry, Snapshot, TeamState
+from service.policy.capacity import NodeFree
+from service.policy.snapshot import ActiveJob, QueueEntry, Snapshot, TeamState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -59,7 +59,7 @@ def snapshot(
     teams: dict[str, TeamState] | None = None,
 ) -> Snapshot:
     """``nodes``: (cpus, gpus) totals; free now = totals minus the active jobs packed."""
-    from service.scheduler.policy.reservations import Holder, free_at
+    from service.policy.reservations import Holder, free_at
 
     totals = [NodeFree(node_id=f"n{i}", cpus=c, gpus=g) for i, (c, g) in enumerate(nodes)]
     active = active or []

@@ -6,7 +6,7 @@ import functools
 
 import pytest
 
-from service.scheduler.policy.fairshare import (
+from service.policy.fairshare import (
     RunInterval,
     decay_step,
     decayed_average,
@@ -70,7 +70,7 @@ def test_weighted_max_min(
 
 
 def test_owed_accrues_fair_minus_held_while_teams_contend_and_lending_costs_nothing() -> None:
-    from service.scheduler.policy.fairshare import advance_owed
+    from service.policy.fairshare import advance_owed
 
     w = {"a": 1.0, "b": 1.0}
     both = {"a", "b"}

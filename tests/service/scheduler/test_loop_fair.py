@@ -286,3 +286,40 @@ def test_the_leader_advances_each_teams_owed_account(make_h: Any, make_token: An
     after = {t.name: t.owed_s for t in h.db.read(lambda s: s.query(Team).all())}
     assert after["team-b"] - before["team-b"] == pytest.approx(50.0, abs=2.0)
     assert after["team-a"] - before["team-a"] == pytest.approx(-50.0, abs=2.0)
+
+
+def test_jobs_past_the_plan_depth_keep_their_eta_marked_stale(
+    make_h: Any, make_token: Any, client: Any
+) -> None:
+    h = make_h(scheduler_max_plan_depth=1)
+    h.launcher.nodes = cpus(1)
+    member = make_token("deep", "member")
+    first = h.submit(member, spec("first", max_runtime_seconds=100))
+    second = h.submit(member, spec("second", max_runtime_seconds=50))
+    third = h.submit(member, spec("third", max_runtime_seconds=50))
+    assert h.tick() == [first]  # only the first in order is considered
+    assert h.job(second).queue_stale and h.job(third).queue_stale
+    h.sched.tick()  # now `second` heads the queue: the depth reaches it, not `third`
+    two, three = h.job(second), h.job(third)
+    assert not two.queue_stale and two.estimated_at is not None
+    assert two.estimated_start_at is not None and two.queue_position == 1
+    assert three.queue_stale and three.estimated_at is None and three.estimated_start_at is None
+    got = client.get(f"/v1/jobs/{third}", headers=bearer(member)).json()
+    assert got["estimate_stale"] is True and got["estimated_at"] is None
+    page = client.get("/v1/queue", headers=bearer(member)).json()["data"]
+    assert [(q["id"], q["estimate_stale"]) for q in page] == [(second, False), (third, True)]
+    assert page[0]["estimated_at"] is not None
+    assert set(h.sched.stats.last_split) == {
+        "sweeps",
+        "snapshot",
+        "plan",
+        "starts",
+        "etas",
+        "writes",
+    }
+    # A later tick that reaches it (depth raised) refreshes it and clears the mark.
+    h.sched.settings.scheduler_max_plan_depth = 5
+    h.sched.tick()
+    three = h.job(third)
+    assert not three.queue_stale and three.estimated_at is not None
+    assert three.estimated_start_at is not None

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from service.scheduler.policy.plan import PolicyConfig, plan
-from service.scheduler.policy.snapshot import TeamQuota, TeamState
+from service.policy.plan import PolicyConfig, plan
+from service.policy.snapshot import TeamQuota, TeamState
 from tests.service.scheduler.policy_helpers import job, running, snapshot
 
 
@@ -288,3 +288,48 @@ def test_fair_share_does_not_stop_a_gang_to_run_a_small_job() -> None:
     ]
     p = plan(snapshot(now=800, nodes=[(4, 0)], queued=queued, active=two))
     assert [(v.victim.job_id, v.cause) for v in p.preemptions] == [("a2", "fair share")]
+
+
+def test_waiting_reasons_are_typed_and_written_for_people_at_the_end() -> None:
+    from service.policy.plan import WaitKind
+
+    # One 2-CPU node: `old` holds one CPU until t=100. `gang` (2 CPUs) gets the reservation
+    # at 100; `long` (1 CPU, no bound, not preemptible) would delay it; `huge` never fits;
+    # `short` (bound 50 s) ends before 100 and backfills.
+    queued = [
+        job("gang", t=0, cpus=2),
+        job("long", t=1, preemptible=False),
+        job("huge", t=2, cpus=3),
+        job("short", t=3, max_runtime_s=50),
+    ]
+    active = [running(job("old", team="z"), end=100)]
+    p = plan(snapshot(now=10, nodes=[(2, 0)], queued=queued, active=active))
+    kinds = {d.entry.job_id: d.wait.kind if d.wait else None for d in p.decisions}
+    assert kinds == {
+        "gang": WaitKind.RESOURCES,
+        "long": WaitKind.BEHIND_RESERVATION,
+        "huge": WaitKind.NEVER_FITS,
+        "short": None,
+    }
+    by = {d.entry.job_id: d for d in p.decisions}
+    assert by["gang"].wait is not None and by["gang"].wait.reserved
+    assert by["gang"].wait.skipped_for == ("short",)
+    assert by["gang"].reason == (
+        "waiting for resources: needs 1 x (2 CPU, 0 GPU) at once; reserved: expected to start "
+        "2026-01-01T00:01:40Z; skipped for now: short, behind it, fits and starts"
+    )
+    assert (by["long"].reason or "").startswith("waiting for resources: would delay gang")
+    assert (by["huge"].reason or "").startswith("cannot fit the cluster")
+
+
+def test_a_plan_past_its_depth_defers_the_rest_and_the_incomplete_pass_starts_the_same() -> None:
+    queued = [job(f"a{i}", team="a", t=i) for i in range(6)]
+    queued += [job(f"b{i}", team="b", t=i + 0.5, cpus=2) for i in range(6)]
+    snap = snapshot(now=10, nodes=[(3, 0)], queued=queued)
+    full = plan(snap)
+    short = plan(snap, max_depth=2)
+    assert [d.entry.job_id for d in short.decisions] == order(full)[:2]
+    assert short.deferred == len(queued) - 2 and full.deferred == 0
+    fast = plan(snap, complete=False)
+    assert started(fast) == started(full) and fast.reservation == full.reservation
+    assert fast.preemptions == full.preemptions and len(fast.decisions) < len(full.decisions)

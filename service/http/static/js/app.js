@@ -1,11 +1,15 @@
 // Entry point: sign-in, who-am-I, the cluster panel and hash routing
-// (#/ → jobs, #/jobs/<id> → job page, #/cluster → who holds what and the queue's ETAs). Each view returns a function that stops its timers.
+// (#/ → jobs, #/jobs/<id> → job page, #/cluster → who holds what and the queue's ETAs,
+// #/sweeps → sweeps, #/sweeps/<id> → a sweep's trials and objective plots, #/webhooks →
+// endpoints and deliveries with re-send). Each view returns a function that stops its timers.
 
 import { ApiError, get, token } from "./api.js";
 import { clusterView } from "./cluster.js";
 import { jobView } from "./job.js";
 import { jobsView, renderCluster } from "./jobs.js";
+import { sweepsView, sweepView } from "./sweeps.js";
 import { h } from "./util.js";
+import { webhooksView } from "./webhooks.js";
 
 const $ = (id) => document.getElementById(id);
 const ctx = { me: null, onError };
@@ -69,6 +73,17 @@ function route() {
   if (window.location.hash.startsWith("#/cluster")) {
     stopView = clusterView(main, ctx);
     document.title = "Cluster · Shunter";
+    return;
+  }
+  if (window.location.hash.startsWith("#/webhooks")) {
+    stopView = webhooksView(main, ctx);
+    document.title = "Webhooks · Shunter";
+    return;
+  }
+  const sw = window.location.hash.match(/^#\/sweeps(?:\/([^/?#]+))?/);
+  if (sw) {
+    stopView = sw[1] ? sweepView(main, ctx, decodeURIComponent(sw[1])) : sweepsView(main, ctx);
+    document.title = sw[1] ? `Sweep ${sw[1]} · Shunter` : "Sweeps · Shunter";
     return;
   }
   const m = window.location.hash.match(/^#\/jobs\/([^/?#]+)/);

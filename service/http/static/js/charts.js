@@ -96,7 +96,7 @@ export class MetricChart {
 }
 
 // Tick labels that stay distinct for small values (learning rates): 3e-5, not 0.
-function axisLabel(v) {
+export function axisLabel(v) {
   if (v === null || v === undefined) return "";
   if (v === 0) return "0";
   const a = Math.abs(v);

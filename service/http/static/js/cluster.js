@@ -1,6 +1,6 @@
 // The cluster view (#/cluster): who holds what (per team: jobs running and queued, GPUs and
 // CPUs held, weight, quota, max priority, GPU-hours over the last day, what fair share owes
-// it) and the queue with each job's expected start. Another team's queued job shows as
+// it, its budget: used and left this period) and the queue with each job's expected start. Another team's queued job shows as
 // capacity only (the API's privacy rule). Auto-refreshes; returns a function that stops its
 // timer.
 
@@ -15,6 +15,20 @@ function eta(iso) {
   const secs = (new Date(iso) - Date.now()) / 1000;
   if (secs < 60) return "now";
   return secs < 5400 ? `in ${Math.round(secs / 60)} min` : `in ${(secs / 3600).toFixed(1)} h`;
+}
+
+// A budget as "used / limit (left) per period"; past it, flagged with its mode.
+export function budgetText(b) {
+  if (!b) return "none";
+  const parts = [];
+  if (b.gpu_hours != null) {
+    parts.push(`GPU-h ${b.gpu_hours_used.toFixed(2)} / ${b.gpu_hours} (left ${b.gpu_hours_left.toFixed(2)})`);
+  }
+  if (b.cpu_hours != null) {
+    parts.push(`CPU-h ${b.cpu_hours_used.toFixed(2)} / ${b.cpu_hours} (left ${b.cpu_hours_left.toFixed(2)})`);
+  }
+  const over = b.exceeded ? ` (spent: ${b.mode === "soft" ? "queued at low" : "refused"})` : "";
+  return `${parts.join(", ")} per ${b.period}${over}`;
 }
 
 function quotaText(q) {
@@ -52,6 +66,8 @@ async function teamRows(signal) {
       h("td", {}, t.name), h("td", {}, fmt(mine.length)), h("td", {}, fmt(queued)),
       h("td", {}, fmt(gpus)), h("td", {}, fmt(cpus)), h("td", {}, fmt(t.weight)),
       h("td", {}, quotaText(t.quota)), h("td", {}, t.max_priority || "-"), h("td", {}, gpuHours),
+      h("td", { class: usage[i] && usage[i].budget && usage[i].budget.exceeded ? "bad" : "" },
+        budgetText(usage[i] && usage[i].budget)),
       h("td", {}, owed));
   });
 }
@@ -77,7 +93,8 @@ export function clusterView(main, ctx) {
       h("h1", { id: "teams-title" }, "Who holds what"),
       h("table", { id: "teams-table" },
         h("thead", {}, h("tr", {}, ["Team", "Running", "Queued", "GPUs", "CPUs", "Weight",
-          "Quota", "Max priority", "GPU-h (24 h)", "Owed (cluster-h)"]
+          "Quota", "Max priority", "GPU-h (24 h)",
+          "Budget (used / limit)", "Owed (cluster-h)"]
           .map((c) => h("th", { scope: "col" }, c)))),
         teamsBody),
       note),

@@ -4,7 +4,7 @@ import { all, get } from "./api.js";
 import { age, fmt, h, progressBar, statusBadge } from "./util.js";
 
 const STATUSES = ["", "queued", "starting", "running", "cancelling", "succeeded", "failed",
-  "cancelled", "paused"];
+  "cancelled", "paused", "pruned"];
 const REFRESH_MS = 3000;
 
 export function jobsView(main, ctx) {

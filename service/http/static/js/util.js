@@ -1,6 +1,6 @@
 // Small DOM and formatting helpers shared by the views.
 
-export const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+export const TERMINAL = new Set(["succeeded", "failed", "cancelled", "pruned"]);
 
 // h("td", {class: "x"}, "text", child) — build an element; strings become text nodes
 // (never innerHTML, so API data can't inject markup).

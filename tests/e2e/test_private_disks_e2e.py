@@ -1,0 +1,291 @@
+"""Multi-node jobs with no shared disk (issue 20's bar), with real processes: a Ray head (0
+CPUs) and 1-CPU worker nodes that each run in a mount namespace of their own, with a private
+tmpfs over their Ray temp dir and their staging dir (the same path on every node; this process
+sees it empty), and a moto S3 server as the job storage. A 2-worker job can only run as one
+worker per node, so every checkpoint is made of two nodes' parts, each written where the
+other node cannot see it.
+
+- FSDP2: checkpoints (each node holds only its own part; only rank 0's has the manifest),
+  is paused, one of its nodes is replaced by a fresh one, and it resumes from the bucket at
+  exactly the next step on the new placement and succeeds.
+- DeepSpeed ZeRO-3: after a checkpoint one worker node's raylet is killed with SIGKILL; Ray
+  Train restarts the gang once a fresh node has joined, from the bucket, and the job succeeds
+  with one loss point per step.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from harness import ApiServer, slow_llama_spec, wait_for
+from ray_nodes import alive_nodes, join_node, outward_ip, stop_group
+from s3_server import S3Server, aws_env, running_s3
+
+pytestmark = pytest.mark.slow
+
+STEPS = 8
+# worker.staging's root: the driver (on the head) names it, every node has its own.
+STAGE_ROOT = Path(tempfile.gettempdir()) / "shunter-stage"
+
+
+def _can_unshare() -> bool:
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "true"], capture_output=True
+    )
+    return probe.returncode == 0
+
+
+class PrivateNodes:
+    """The head and its worker nodes, each node in its own mount namespace."""
+
+    def __init__(self, head: Any, logs: Path, private: Path, env: dict[str, str]):
+        self.head, self.logs, self.private, self.env = head, logs, private, env
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}  # Ray node id -> its process
+        self._started = 0
+
+    def add(self) -> str:
+        """Join one fresh 1-CPU node (restarted if Ray's 30 s registration ran out)."""
+        for _ in range(3):
+            self._started += 1
+            known = {n["node_id"] for n in alive_nodes(self.head)}
+            log = self.logs / f"node-{self._started}.log"
+            proc = join_node(
+                self.head,
+                f"127.0.0.{1 + self._started}",  # an address of its own: a node of its own
+                cpus=1,
+                log=log,
+                env=self.env,
+                private=self.private,
+                also_private=(STAGE_ROOT,),
+            )
+            new = wait_for(
+                lambda proc=proc, known=known: (
+                    proc.poll() is not None
+                    or [n["node_id"] for n in alive_nodes(self.head) if n["node_id"] not in known]
+                ),
+                timeout=180,
+                what=f"a node to join (log: {log})",
+            )
+            if new is not True:
+                self.procs[new[0]] = proc
+                return str(new[0])
+        tail = log.read_text(errors="replace")[-3000:]
+        raise AssertionError(f"no node joined (logs: {self.logs}); the last one ended:\n{tail}")
+
+    def files(self, node_id: str, path: Path) -> set[str]:
+        """The files under ``path`` as that node sees them (in its namespace)."""
+        proc = self.procs[node_id]
+        out = subprocess.run(
+            ["nsenter", f"--target={proc.pid}", "--mount", "--",
+             "find", str(path), "-type", "f"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        return {line for line in out.stdout.splitlines() if line}
+
+    def remove(self, node_id: str) -> None:
+        stop_group(self.procs.pop(node_id))
+        wait_for(
+            lambda: node_id not in {n["node_id"] for n in alive_nodes(self.head)},
+            timeout=120,
+            what=f"node {node_id} to leave",
+        )
+
+    def kill_raylet(self, node_id: str) -> None:
+        proc = self.procs.pop(node_id)
+        raylets = [
+            p for p in psutil.Process(proc.pid).children(recursive=True) if p.name() == "raylet"
+        ]
+        assert raylets, f"no raylet under node process {proc.pid}"
+        for p in raylets:
+            p.send_signal(signal.SIGKILL)
+        stop_group(proc)  # what is left of the node (its agents, its workers)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            stop_group(proc)
+        self.procs.clear()
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with running_s3() as server, aws_env(server.env):
+        yield server
+
+
+@pytest.fixture(scope="module")
+def nodes(tmp_path_factory: pytest.TempPathFactory, s3: S3Server) -> Iterator[PrivateNodes]:
+    if not _can_unshare():
+        pytest.skip("needs root and unshare/nsenter: nodes with private mount namespaces")
+    from launcher.ray_head import RayHead, RayHeadConfig
+
+    ip = outward_ip()
+    env = {
+        "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "1",
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    head = RayHead.start(
+        RayHeadConfig(temp_root=tmp_path_factory.mktemp("pd-head"), num_cpus=0, host=ip, env=env)
+    )
+    # Short, under /tmp: Ray's unix sockets live under each node's temp dir and their paths
+    # must fit 107 bytes (pytest's basetemp grows: /tmp/pytest-of-root/pytest-100/...).
+    private = Path(tempfile.mkdtemp(prefix="shpd-", dir="/tmp"))
+    cluster = PrivateNodes(head, tmp_path_factory.mktemp("pd-logs"), private, env)
+    try:
+        cluster.add()
+        cluster.add()
+        yield cluster
+    finally:
+        cluster.stop()
+        head.stop()
+        shutil.rmtree(private, ignore_errors=True)
+
+
+@pytest.fixture
+def api(tmp_path: Path, data_root: Path, nodes: PrivateNodes, s3: S3Server) -> Iterator[ApiServer]:
+    from launcher.ray_launcher import RayLauncher, RayLauncherConfig
+
+    launcher = RayLauncher(
+        RayLauncherConfig(
+            dashboard_url=nodes.head.dashboard_url,
+            driver_python=sys.executable,
+            extra_env={"SHUNTER_HEARTBEAT_S": "1", **s3.env},
+            gcs_address=nodes.head.gcs_address,
+        )
+    )
+    bucket = s3.bucket("pd-" + secrets.token_hex(4))
+    server = ApiServer(
+        tmp_path / "home",
+        data_root,
+        launcher,
+        lease_seconds=60.0,
+        max_infra_retries=2,
+        storage=f"s3://{bucket}/shunter",
+    ).start()
+    try:
+        yield server
+    finally:
+        server.stop_jobs()
+        server.stop()
+        launcher.close()
+
+
+def _worker_nodes(nodes: PrivateNodes) -> dict[str, str]:
+    """Ray node id -> the pid of the live training worker there (this cluster's)."""
+    from ray.util.state import list_actors
+
+    actors = list_actors(
+        address=nodes.head.dashboard_url,
+        filters=[("class_name", "=", "RayTrainWorker"), ("state", "=", "ALIVE")],
+        limit=100,
+        detail=True,
+    )
+    return {a.node_id: str(a.pid) for a in actors if a.node_id}
+
+
+def _first_checkpoint(api: ApiServer, job_id: str) -> dict[str, Any]:
+    try:
+        found = wait_for(
+            lambda: [c for c in api.checkpoints(job_id) if c["verified"]],
+            timeout=400,
+            what="a verified checkpoint",
+        )
+    except AssertionError:
+        logs = api.launcher.logs(f"{job_id}-{api.job(job_id)['attempt']}")
+        raise AssertionError(
+            f"no verified checkpoint: {api.job(job_id)}\nevents {api.events(job_id)}\n"
+            f"checkpoints {api.checkpoints(job_id)}\nlogs (tail):\n{logs[-8000:]}"
+        ) from None
+    return dict(found[0])
+
+
+def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: PrivateNodes) -> None:
+    spec = slow_llama_spec(
+        "pd-fsdp", steps=STEPS, distributed={"strategy": "fsdp"}, training={"save_steps": 2}
+    )
+    job_id = api.submit(spec)
+    ckpt = _first_checkpoint(api, job_id)
+    placed = wait_for(lambda: len(w := _worker_nodes(nodes)) == 2 and w, timeout=60,
+                      what="the two workers")  # fmt: skip
+    # Each node holds only its own part of the checkpoint: rank 0's node the manifest.
+    name = ckpt["uri"].rsplit("/", 1)[1]
+    stage = STAGE_ROOT / job_id / "attempt-1" / name
+    parts = {node: {Path(f).name for f in nodes.files(node, stage)} for node in placed}
+    assert all(parts.values()), parts
+    with_manifest = [n for n, files in parts.items() if "manifest.json" in files]
+    assert len(with_manifest) == 1, parts
+    other = next(n for n in parts if n not in with_manifest)
+    assert "rng-rank1.pt" in parts[other] and "rng-rank1.pt" not in parts[with_manifest[0]]
+    # ... and nothing of it is where this process (the API, the head) could see it.
+    assert not any(nodes.private.iterdir()) and not (STAGE_ROOT / job_id).exists()
+
+    assert api.api().post(f"/v1/jobs/{job_id}/pause").status_code == 200
+    paused = api.wait_status(job_id, {"paused", "failed", "succeeded"}, timeout=300)
+    assert paused["status"] == "paused", (paused["error"], api.events(job_id))
+    stopped = max(c["step"] for c in api.checkpoints(job_id) if c["verified"])
+    # Rank 0's node goes; a fresh node, which never saw any of this job's files, joins.
+    nodes.remove(with_manifest[0])
+    fresh = nodes.add()
+
+    assert api.api().post(f"/v1/jobs/{job_id}/resume").status_code == 200
+    wait_for(lambda: fresh in _worker_nodes(nodes) or api.job(job_id)["status"] != "running",
+             timeout=300, what="a worker on the fresh node")  # fmt: skip
+    job = api.wait_done(job_id, timeout=400)
+    assert job["status"] == "succeeded", (job["error"], api.events(job_id))
+    logs = api.launcher.logs(f"{job_id}-2")
+    resumed = re.findall(r"resumed from \S*checkpoint-(\d+) at step (\d+)", logs)
+    assert resumed and int(resumed[0][1]) == stopped, (resumed, stopped)
+    losses = api.metrics(job_id, "loss")
+    first = [p["step"] for p in losses if p["attempt"] == 1]
+    second = [p["step"] for p in losses if p["attempt"] == 2]
+    assert first == list(range(1, len(first) + 1)) and len(first) >= stopped, first
+    assert second == list(range(stopped + 1, STEPS + 1)), second
+
+    r = api.api().get(f"/v1/jobs/{job_id}/checkpoints/final/download")
+    assert r.status_code == 200, r.text
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        assert f"{job_id}-final/config.json" in {m.name for m in tar.getmembers()}
+
+
+def test_zero3_survives_a_raylet_killed_mid_job(api: ApiServer, nodes: PrivateNodes) -> None:
+    spec = slow_llama_spec(
+        "pd-zero3",
+        steps=STEPS,
+        distributed={"strategy": "deepspeed", "deepspeed": {"stage": 3}},
+        training={"save_steps": 2},
+        max_restarts=2,
+    )
+    job_id = api.submit(spec)
+    _first_checkpoint(api, job_id)
+    placed = wait_for(lambda: len(w := _worker_nodes(nodes)) == 2 and w, timeout=60,
+                      what="the two workers")  # fmt: skip
+    victim = sorted(placed)[0]
+    nodes.kill_raylet(victim)
+    wait_for(
+        lambda: victim not in {n["node_id"] for n in alive_nodes(nodes.head)},
+        timeout=120,
+        what="Ray to see the node gone",
+    )
+    nodes.add()  # room for the gang again: the survivor and a fresh node
+    job = api.wait_done(job_id, timeout=500)
+    assert job["status"] == "succeeded", (job["error"], api.events(job_id))
+    assert [p["step"] for p in api.metrics(job_id, "loss")] == list(range(1, STEPS + 1))
+    # Ray Train restarted the gang inside the attempt (or, had the driver been lost, a new
+    # attempt); either way from the newest checkpoint in the bucket.
+    types = [e["type"] for e in api.events(job_id)]
+    assert "worker_restarted" in types or job["attempt"] == 2, (types, job)
