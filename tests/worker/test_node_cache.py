@@ -176,7 +176,8 @@ def test_a_corrupt_object_fails_verification_and_is_not_cached(
         view.fetch("__0_0.distcp")  # a whole-file read fails on the same block
     assert view.fetched()["__0_0.distcp"] == 3 * BLOCK  # blocks 0-2 verified; 3 never marked
     small = files["deepspeed/model_states.pt"]
-    storage.write_bytes(storage.join(uri, "deepspeed/model_states.pt"), small[:-1] + b"?")
+    flipped = small[:-1] + bytes([small[-1] ^ 0xFF])  # a changed last byte (never the same)
+    storage.write_bytes(storage.join(uri, "deepspeed/model_states.pt"), flipped)
     with pytest.raises(ValueError, match="block 0 does not match its SHA-256"):
         view.fetch("deepspeed/model_states.pt")
     storage.write_bytes(storage.join(uri, "deepspeed/model_states.pt"), small + b"!")
