@@ -99,7 +99,18 @@ def _fsdp_options(spec: JobSpec) -> Iterator[FieldError]:
                 "distributed.fsdp.hybrid_shard_size",
                 f"only for strategy fsdp with sharding hybrid_shard, not {d.strategy!r}",
             )
+        if fsdp.mixed_precision != "autocast":
+            yield FieldError(
+                "distributed.fsdp.mixed_precision",
+                f"only for strategy fsdp or fsdp+tp, not {d.strategy!r}; remove it",
+            )
         return
+    if fsdp.mixed_precision == "params" and not (spec.training.bf16 or spec.training.fp16):
+        yield FieldError(
+            "distributed.fsdp.mixed_precision",
+            "params casts parameters to bf16/fp16: set training.bf16 or training.fp16, "
+            "or use autocast",
+        )
     # fsdp+tp runs every sharding (a dp_replicate x dp_shard x tp mesh); its shard groups
     # are made of data-parallel ranks, num_workers / tensor_parallel_size of them.
     size, workers = fsdp.hybrid_shard_size, spec.resources.num_workers

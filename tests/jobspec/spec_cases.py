@@ -312,6 +312,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
      "only for strategy deepspeed, not 'ddp'"),
     ("fsdp-offload-under-ddp", _good(distributed={"fsdp": {"cpu_offload": True}}),
      "distributed.fsdp.cpu_offload", "only for strategy fsdp or fsdp+tp, not 'ddp'"),
+    ("fsdp-mixed-precision-under-ddp", _good(distributed={"fsdp": {"mixed_precision": "params"}},
+     training__bf16=True), "distributed.fsdp.mixed_precision",
+     "only for strategy fsdp or fsdp+tp, not 'ddp'"),
+    ("fsdp-params-without-bf16", _good(distributed={"strategy": "fsdp", "fsdp": {
+     "mixed_precision": "params"}}), "distributed.fsdp.mixed_precision",
+     "set training.bf16 or training.fp16"),
     ("hybrid-size-not-hybrid", _good(distributed={"strategy": "fsdp", "fsdp": {
      "hybrid_shard_size": 2}}), "distributed.fsdp.hybrid_shard_size",
      "only with sharding hybrid_shard"),

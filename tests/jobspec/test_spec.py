@@ -130,7 +130,12 @@ def test_good_spec_is_resolved_with_defaults_filled(root: Path) -> None:
     assert training["optim"] == "adamw_torch"
     assert dumped["distributed"] == {
         "strategy": "ddp",
-        "fsdp": {"sharding": "full_shard", "cpu_offload": False, "hybrid_shard_size": None},
+        "fsdp": {
+            "sharding": "full_shard",
+            "cpu_offload": False,
+            "mixed_precision": "autocast",
+            "hybrid_shard_size": None,
+        },
         "deepspeed": {
             "stage": 2,
             "offload_optimizer": False,

@@ -102,6 +102,13 @@ def two_process(work: Path) -> dict[str, Any]:
         for name, cfg in _TWO_PROCESS.items()
     ]
     jobs.append(Job(name="fsdp-bf16", cfg=ParallelConfig(strategy="fsdp", bf16=True)))
+    jobs.append(Job(name="ddp-bf16", cfg=ParallelConfig(strategy="ddp", bf16=True)))
+    jobs.append(
+        Job(
+            name="fsdp-bf16-params",
+            cfg=ParallelConfig(strategy="fsdp", bf16=True, fsdp_mixed_precision="params"),
+        )
+    )
     resumes = [
         Job(
             name=f"resume-{name}",
@@ -134,9 +141,20 @@ def test_two_process_strategy_matches_single_process(
 def test_fsdp_bf16_tracks_fp32_curve(
     two_process: dict[str, Any], reference: dict[str, Any]
 ) -> None:
-    got = two_process["fsdp-bf16"]["losses"]
-    assert _close(got, reference["losses"], BF16_TOL), (got, reference["losses"])
-    assert got != reference["losses"]  # bf16 really ran in bf16
+    for name in ("fsdp-bf16", "fsdp-bf16-params"):
+        got = two_process[name]["losses"]
+        assert _close(got, reference["losses"], BF16_TOL), (name, got, reference["losses"])
+        assert got != reference["losses"]  # bf16 really ran in bf16
+
+
+@pytest.mark.slow
+def test_fsdp_bf16_autocast_gives_ddp_bf16_numbers(two_process: dict[str, Any]) -> None:
+    # mixed_precision "autocast" (the default): fp32 parameters gathered, the same autocast
+    # as DDP, so only the reduction order differs; "params" computes in bf16 throughout.
+    ddp, fsdp = two_process["ddp-bf16"], two_process["fsdp-bf16"]
+    assert _close(fsdp["losses"], ddp["losses"], TOL), (fsdp["losses"], ddp["losses"])
+    assert _close(fsdp["norms"], ddp["norms"], TOL), (fsdp["norms"], ddp["norms"])
+    assert two_process["fsdp-bf16-params"]["losses"] != fsdp["losses"]
 
 
 @pytest.fixture(scope="module")

@@ -118,8 +118,8 @@ def build_engine(
         dp_size=dp_size,
         dp_group=dp_group,
         no_sync_factory=(lambda: _fsdp_no_sync(model)) if fsdp else contextlib.nullcontext,
-        # FSDP's MixedPrecisionPolicy casts parameters; autocast is for the rest.
-        autocast_dtype=None if fsdp else autocast,
+        # mixed_precision "params": FSDP's MixedPrecisionPolicy casts the parameters instead.
+        autocast_dtype=None if fsdp and cfg.fsdp_mixed_precision == "params" else autocast,
         scaler=_scaler(cfg, sharded=True),
         distributed=True,
     )

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shunter.jobspec import DistributedSpec, JobSpec, TrainingSpec
-from shunter.jobspec.models import DeepSpeedStage, FsdpSharding, Strategy
+from shunter.jobspec.models import DeepSpeedStage, FsdpMixedPrecision, FsdpSharding, Strategy
 
-__all__ = ["DeepSpeedStage", "FsdpSharding", "ParallelConfig", "Strategy"]
+__all__ = ["DeepSpeedStage", "FsdpMixedPrecision", "FsdpSharding", "ParallelConfig", "Strategy"]
 
 _D = DistributedSpec()
 _T = TrainingSpec()
@@ -37,6 +37,7 @@ class ParallelConfig:
     strategy: Strategy = _D.strategy
     fsdp_sharding: FsdpSharding = _D.fsdp.sharding
     fsdp_cpu_offload: bool = _D.fsdp.cpu_offload
+    fsdp_mixed_precision: FsdpMixedPrecision = _D.fsdp.mixed_precision
     hybrid_shard_size: int | None = _D.fsdp.hybrid_shard_size
     deepspeed_stage: DeepSpeedStage = _D.deepspeed.stage
     offload_optimizer: bool = _D.deepspeed.offload_optimizer
@@ -56,6 +57,7 @@ class ParallelConfig:
             strategy=d.strategy,
             fsdp_sharding=d.fsdp.sharding,
             fsdp_cpu_offload=d.fsdp.cpu_offload,
+            fsdp_mixed_precision=d.fsdp.mixed_precision,
             hybrid_shard_size=d.fsdp.hybrid_shard_size,
             deepspeed_stage=d.deepspeed.stage,
             offload_optimizer=d.deepspeed.offload_optimizer,
