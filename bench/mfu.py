@@ -1,8 +1,11 @@
 """MFU of bf16 FSDP2 training through our engine, against HF Trainer in the same run.
 
 CUDA (default): a ~1B-parameter Llama (Llama-3.2-1B shape, 32k vocab, random init from
-config, nothing downloaded), bf16 FSDP2 (``MixedPrecisionPolicy(bf16, fp32 reduce)``) on a
-1-rank NCCL group (or ``torchrun --nproc_per_node N``), sequence 2048, fused AdamW. Variants:
+config, nothing downloaded), bf16 FSDP2 (``--mixed-precision params``, the default here:
+``MixedPrecisionPolicy(bf16, fp32 reduce)``, torchtitan's recipe; ``autocast``, the spec's
+default, gathers fp32 parameters and autocasts as DDP does) on a 1-rank NCCL group (or
+``torchrun --nproc_per_node N``), sequence 2048, fused AdamW, a distinct batch every step
+(the same rows for every engine), ``use_cache=False``. Variants:
 ``fsdp2`` (eager), ``fsdp2+compile`` (``torch.compile`` on each transformer block before
 sharding, as torchtitan does), and ``hf-trainer`` (the same model, batch, sequence, bf16 and
 AdamW under ``transformers.Trainer``); tokens/s ratios are printed against the HF run.
@@ -42,6 +45,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from trainer_core.parallel import ParallelConfig, build_engine, init_distributed
 from trainer_core.parallel.blocks import find_blocks
+from trainer_core.parallel.config import FsdpMixedPrecision
 
 # The MFU denominator (issue #21): H100 SXM datasheet dense (no sparsity) bf16 TFLOP/s.
 PEAK_BF16_TFLOPS = 989.0
@@ -66,6 +70,13 @@ def _args() -> argparse.Namespace:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     p.add_argument("--no-hf", action="store_true", help="skip the HF Trainer baseline")
     p.add_argument("--activation-checkpointing", action="store_true")
+    p.add_argument(
+        "--mixed-precision",
+        choices=("params", "autocast", "both"),
+        default="params",
+        help="distributed.fsdp.mixed_precision of our runs (default params, torchtitan's "
+        "recipe; autocast is the spec's default, DDP's numbers); both: each, one after another",
+    )
     return p.parse_args()
 
 
@@ -110,7 +121,11 @@ def _model(setup: Setup) -> torch.nn.Module:
 
     torch.manual_seed(0)
     with setup.device:  # initialise directly on the GPU: seconds, not minutes, for 1B
-        model = LlamaForCausalLM(LlamaConfig(**setup.shape, attn_implementation="sdpa"))
+        # use_cache off for both engines: training reads no KV cache (and building one each
+        # forward makes Dynamo recompile on the cache's state).
+        model = LlamaForCausalLM(
+            LlamaConfig(**setup.shape, attn_implementation="sdpa", use_cache=False)
+        )
     if setup.ac:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
@@ -121,13 +136,24 @@ def _sync(setup: Setup) -> None:
         torch.cuda.synchronize()
 
 
-def _ours(setup: Setup, batches: list[dict[str, torch.Tensor]], *, compile: bool) -> Timed:
+def _ours(
+    setup: Setup,
+    batches: list[dict[str, torch.Tensor]],
+    *,
+    compile: bool,
+    mixed_precision: FsdpMixedPrecision = "params",
+) -> Timed:
     """Our engine (FSDP2 bf16 on CUDA); ``compile``: each block compiled before sharding."""
     model = _model(setup)
     if compile:
         for block in find_blocks(model):
             block.compile()
-    cfg = ParallelConfig(strategy="fsdp", bf16=setup.cuda, micro_batch_size=setup.batch)
+    cfg = ParallelConfig(
+        strategy="fsdp",
+        bf16=setup.cuda,
+        micro_batch_size=setup.batch,
+        fsdp_mixed_precision=mixed_precision if setup.cuda else "autocast",
+    )
     engine = build_engine(model, cfg, make_optimizer=lambda m: torch.optim.AdamW(
         m.parameters(), lr=1e-4, fused=True), device=setup.device)  # fmt: skip
     if setup.cuda:
@@ -217,9 +243,15 @@ class Timed:
 
 
 def _pretrain_batches(setup: Setup) -> list[dict[str, torch.Tensor]]:
+    """One distinct batch per step (warm-up and timed), the same rows for every engine: no
+    engine sees a repeated batch it could memorise."""
     gen = torch.Generator().manual_seed(dist.get_rank())
-    ids = torch.randint(0, setup.shape["vocab_size"], (setup.batch, setup.seq), generator=gen)
-    return [{"input_ids": ids, "labels": ids}]
+    shape = (setup.batch, setup.seq)
+    out = []
+    for _ in range(setup.warmup + setup.steps):
+        ids = torch.randint(0, setup.shape["vocab_size"], shape, generator=gen)
+        out.append({"input_ids": ids, "labels": ids})
+    return out
 
 
 def _conversations(setup: Setup, n_tokens: int) -> list[tuple[list[int], list[int]]]:
@@ -322,11 +354,18 @@ def main() -> None:
     else:
         chats = _conversations(setup, (setup.warmup + setup.steps + 1) * setup.batch * setup.seq)
         ours_b, hf_b = _packed(setup, chats), _padded(setup, chats)
-    runs: dict[str, tuple[Timed | str, list[dict[str, torch.Tensor]]]] = {
-        "fsdp2": (_ours(setup, ours_b, compile=False), ours_b)
-    }
-    if cuda and not args.no_compile:
-        runs["fsdp2+compile"] = (_ours(setup, ours_b, compile=True), ours_b)
+    runs: dict[str, tuple[Timed | str, list[dict[str, torch.Tensor]]]] = {}
+    precisions: list[FsdpMixedPrecision] = (
+        ["params", "autocast"] if args.mixed_precision == "both" else [args.mixed_precision]
+    )
+    for mp in precisions:
+        tag = "" if mp == "params" else " (autocast)"
+        runs["fsdp2" + tag] = (_ours(setup, ours_b, compile=False, mixed_precision=mp), ours_b)
+        if cuda and not args.no_compile:
+            runs["fsdp2+compile" + tag] = (
+                _ours(setup, ours_b, compile=True, mixed_precision=mp),
+                ours_b,
+            )
     if not args.no_hf and world == 1:
         runs["hf-trainer"] = (_hf(setup, hf_b), hf_b)
     if info.rank == 0:

@@ -82,6 +82,8 @@ class _Parallel(Protocol):
     @property
     def fp16(self) -> bool: ...
     @property
+    def deepspeed_mixed_precision(self) -> str: ...
+    @property
     def deepspeed_config(self) -> Mapping[str, Any] | None: ...
 
 
@@ -96,6 +98,7 @@ class DeepSpeedInputs:
     offload_param: bool
     bf16: bool
     fp16: bool
+    deepspeed_mixed_precision: str
     deepspeed_config: Mapping[str, Any] | None
 
     @classmethod
@@ -109,6 +112,7 @@ class DeepSpeedInputs:
             offload_param=d.offload_param,
             bf16=t.bf16,
             fp16=t.fp16,
+            deepspeed_mixed_precision=d.mixed_precision,
             deepspeed_config=d.config,
         )
 
@@ -229,6 +233,9 @@ def _build(
     at_submit: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     accum = t.gradient_accumulation_steps
+    # mixed_precision autocast: fp32 parameters, forward under torch.autocast (DeepSpeed's
+    # torch_autocast section), in place of DeepSpeed's bf16 mode.
+    autocast = cfg.bf16 and cfg.deepspeed_mixed_precision == "autocast"
     zero: dict[str, Any] = {"stage": cfg.deepspeed_stage}
     if cfg.offload_optimizer:
         zero["offload_optimizer"] = {"device": "cpu", "pin_memory": cuda}
@@ -240,7 +247,7 @@ def _build(
         "train_batch_size": cfg.micro_batch_size * accum * world_size,
         "gradient_clipping": cfg.max_grad_norm or 0.0,
         "zero_optimization": zero,
-        "bf16": {"enabled": cfg.bf16},
+        "bf16": {"enabled": cfg.bf16 and not autocast},
         "fp16": {"enabled": cfg.fp16},
         # We pass a plain torch optimizer on purpose (no JIT-compiled ops).
         "zero_allow_untested_optimizer": True,
@@ -248,6 +255,8 @@ def _build(
         "steps_per_print": 1 << 30,
         "wall_clock_breakdown": False,
     }
+    if autocast:
+        ours["torch_autocast"] = {"enabled": True, "dtype": "bfloat16"}
     user = copy.deepcopy(dict(cfg.deepspeed_config or {}))
     problems: list[str] = []
     for dotted, value, must_match in _auto_values(ours, t, hidden_size, cfg.deepspeed_stage):

@@ -491,6 +491,13 @@ class DeepSpeedSpec(_Spec):
         False, description="optimizer state in CPU memory; stage 1, 2 or 3"
     )
     offload_param: bool = Field(False, description="parameters in CPU memory; stage 3")
+    mixed_precision: FsdpMixedPrecision = Field(
+        "params",
+        description="with bf16: params is DeepSpeed's own (bf16 parameters, fp32 master copy "
+        "in the optimizer); autocast keeps fp32 parameters and runs forward under "
+        "torch.autocast (DeepSpeed's torch_autocast: the numbers DDP gives). fp16 is always "
+        "DeepSpeed's own, with its loss scaler",
+    )
     config: dict[str, JsonValue] | None = Field(
         None,
         max_length=256,

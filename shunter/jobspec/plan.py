@@ -21,15 +21,16 @@ and the CUDA context are not included. Per device, with P parameters and T train
 
 Bytes per parameter:
 
-- DeepSpeed with bf16/fp16 (the ZeRO paper's accounting, which DeepSpeed's
-  ``estimate_zero2_model_states_mem_needs`` / ``estimate_zero3_model_states_mem_needs``
-  follow): half-precision params 2 B and grads 2 B; the optimizer keeps an fp32 master copy
-  plus its states in fp32: 4 + 4 * states (Adam: 12 B). DeepSpeed's own estimators add ~2 B
-  per parameter of fp32 gradient buffers (``18 * P / N``) and, for ZeRO-3, the largest layer
-  gathered; neither is counted here.
-- Without mixed precision, and for trainer_core's own engines (ddp, fsdp, tp, fsdp+tp), which
-  keep parameters in ``model.dtype`` and autocast the compute (FSDP2's policy casts a gathered
-  copy; the sharded parameter stays in ``model.dtype``): params and grads ``b = sizeof(dtype)``
+- DeepSpeed with fp16, or bf16 under ``mixed_precision: params`` (the ZeRO paper's
+  accounting, which DeepSpeed's ``estimate_zero2_model_states_mem_needs`` /
+  ``estimate_zero3_model_states_mem_needs`` follow): half-precision params 2 B and grads
+  2 B; the optimizer keeps an fp32 master copy plus its states in fp32: 4 + 4 * states
+  (Adam: 12 B). DeepSpeed's own estimators add ~2 B per parameter of fp32 gradient buffers
+  (``18 * P / N``) and, for ZeRO-3, the largest layer gathered; neither is counted here.
+- Without mixed precision, for DeepSpeed bf16 under ``mixed_precision: autocast``, and for
+  trainer_core's own engines (ddp, fsdp, tp, fsdp+tp), which keep parameters in
+  ``model.dtype`` and autocast the compute (FSDP2's ``params`` policy casts a gathered copy;
+  the sharded parameter stays in ``model.dtype``): params and grads ``b = sizeof(dtype)``
   (4 B for float32), optimizer ``states * b`` (Adam: 8 B), no master copy.
 - Optimizer states: adamw 2, lion 1, sgd 0 (no momentum), adafactor 0 (its factored second
   moment is O(rows + cols) per matrix, negligible, noted).
@@ -233,7 +234,9 @@ def _memory(
     states = _OPTIMIZER_STATES[t.optim]
     if t.optim == "adafactor":
         notes.append("adafactor: its factored optimizer state is not counted")
-    if d.strategy == "deepspeed" and (t.bf16 or t.fp16):
+    if d.strategy == "deepspeed" and (
+        t.fp16 or (t.bf16 and d.deepspeed.mixed_precision == "params")
+    ):
         b_param, b_grad, b_optim = 2, 2, 4 + 4 * states
     else:
         b = _DTYPE_BYTES[spec.model.dtype]

@@ -131,7 +131,18 @@ def _fsdp_options(spec: JobSpec) -> Iterator[FieldError]:
 def _deepspeed_options(spec: JobSpec) -> Iterator[FieldError]:
     strategy, ds = spec.distributed.strategy, spec.distributed.deepspeed
     if strategy == "deepspeed":
+        if ds.mixed_precision == "autocast" and not spec.training.bf16:
+            yield FieldError(
+                "distributed.deepspeed.mixed_precision",
+                "autocast is DeepSpeed's bf16 torch_autocast: set training.bf16 (fp16 under "
+                "DeepSpeed uses its own loss scaling: mixed_precision params)",
+            )
         return
+    if ds.mixed_precision != "params":
+        yield FieldError(
+            "distributed.deepspeed.mixed_precision",
+            f"only for strategy deepspeed, not {strategy!r}; remove it",
+        )
     fsdp_hint = "; FSDP offloads with distributed.fsdp.cpu_offload" if strategy == "fsdp" else ""
     for name, on in (
         ("offload_optimizer", ds.offload_optimizer),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -71,6 +72,10 @@ def cuda() -> Iterator[torch.device]:
         port = s.getsockname()[1]
     device = torch.device("cuda", 0)
     torch.cuda.set_device(device)
+    # DeepSpeed reads the launcher's variables even when the group already exists.
+    for key, value in {"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():  # fmt: skip
+        os.environ.setdefault(key, value)
     dist.init_process_group(
         "nccl", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1, device_id=device
     )
@@ -86,6 +91,15 @@ def deterministic() -> Iterator[None]:
         yield
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def _record(name: str, value: Any) -> None:
+    """Append a measured figure to ``$SHUNTER_GPU_REPORT`` (JSON lines) when it is set, so a
+    run's numbers (drifts, memory) can be quoted in docs/parallel.md, passed or failed."""
+    path = os.environ.get("SHUNTER_GPU_REPORT")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"name": name, "value": value}) + "\n")
 
 
 def _learned(losses: list[float]) -> bool:
@@ -118,7 +132,11 @@ def _minilm_losses(cfg: ParallelConfig, device: torch.device, steps: int) -> lis
     losses = []
     for _ in range(steps):
         ids = torch.randint(5, MINILM_SHAPE["vocab_size"], (16, 32), generator=gen)
-        labels = (ids[:, 1] % 2).long()  # learnable: the parity of the first real token
+        # The label is the parity of the first real token, drawn from 16 ids so each is seen
+        # ~60 times in 60 steps (a parity over the whole vocabulary is one sample per id:
+        # memorisation, not learning, and fp32 at this lr did not get there in 60 steps).
+        ids[:, 1] = torch.randint(5, 21, (16,), generator=gen)
+        labels = (ids[:, 1] % 2).long()
         out = engine.forward(input_ids=ids.to(device), labels=labels.to(device))
         engine.backward(out.loss)
         engine.clip_and_step(1.0)
@@ -129,6 +147,7 @@ def _minilm_losses(cfg: ParallelConfig, device: torch.device, steps: int) -> lis
 @pytest.mark.parametrize("precision", list(PRECISIONS))
 def test_minilm_classifier_trains(precision: str, cuda: torch.device) -> None:
     losses = _minilm_losses(PRECISIONS[precision], cuda, steps=60)
+    _record(f"minilm[{precision}]", losses)
     assert _learned(losses), losses
 
 
@@ -136,6 +155,7 @@ def test_bf16_follows_fp32_over_50_steps(cuda: torch.device) -> None:
     fp32 = run_job(Job(name="fp32", cfg=ParallelConfig(), last=50), cuda)["losses"]
     bf16 = run_job(Job(name="bf16", cfg=ParallelConfig(bf16=True), last=50), cuda)["losses"]
     worst = max(abs(a - b) for a, b in zip(fp32, bf16, strict=True))
+    _record("bf16_vs_fp32_worst", worst)
     assert worst <= BF16_TOL, (worst, fp32, bf16)
     assert bf16 != fp32  # really ran in bf16
 
@@ -143,21 +163,50 @@ def test_bf16_follows_fp32_over_50_steps(cuda: torch.device) -> None:
 # --- 2. strategies against plain DDP -------------------------------------------------------
 
 STRATEGIES = {
-    "fsdp2": ParallelConfig(strategy="fsdp", bf16=True),
-    "zero2": ParallelConfig(strategy="deepspeed", deepspeed_stage=2, bf16=True, micro_batch_size=4),
-    "zero3": ParallelConfig(strategy="deepspeed", deepspeed_stage=3, bf16=True, micro_batch_size=4),
+    "fsdp2": ParallelConfig(strategy="fsdp", bf16=True),  # mixed_precision autocast (default)
+    "zero2": ParallelConfig(
+        strategy="deepspeed",
+        deepspeed_stage=2,
+        bf16=True,
+        micro_batch_size=4,
+        deepspeed_mixed_precision="autocast",
+    ),
+    "zero3": ParallelConfig(
+        strategy="deepspeed",
+        deepspeed_stage=3,
+        bf16=True,
+        micro_batch_size=4,
+        deepspeed_mixed_precision="autocast",
+    ),
 }
+# mixed_precision params (bf16 parameters, every op in bf16): not DDP's numbers by design,
+# held to bf16's own tolerance against DDP, their drift recorded. DeepSpeed's default.
+LOW_PRECISION_PARAMS = {
+    "fsdp2-params": ParallelConfig(strategy="fsdp", bf16=True, fsdp_mixed_precision="params"),
+    "zero2-params": ParallelConfig(strategy="deepspeed", deepspeed_stage=2, bf16=True,
+                                   micro_batch_size=4, deepspeed_mixed_precision="params"),
+    "zero3-params": ParallelConfig(strategy="deepspeed", deepspeed_stage=3, bf16=True,
+                                   micro_batch_size=4, deepspeed_mixed_precision="params"),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(STRATEGIES))
-def test_strategy_equals_ddp_in_bf16(name: str, cuda: torch.device) -> None:
-    cfg = STRATEGIES[name]
+@pytest.fixture(scope="module")
+def ddp_bf16(cuda: torch.device) -> list[float]:
+    cfg = ParallelConfig(strategy="ddp", bf16=True)
+    losses: list[float] = run_job(Job(name="ddp", cfg=cfg, last=8), cuda)["losses"]
+    return losses
+
+
+@pytest.mark.parametrize("name", [*STRATEGIES, *LOW_PRECISION_PARAMS])
+def test_strategy_equals_ddp_in_bf16(name: str, cuda: torch.device, ddp_bf16: list[float]) -> None:
+    cfg = {**STRATEGIES, **LOW_PRECISION_PARAMS}[name]
     if cfg.strategy == "deepspeed" and not HAS_DEEPSPEED:
         pytest.skip("DeepSpeed is not installed on this node")
-    ddp = run_job(Job(name="ddp", cfg=ParallelConfig(strategy="ddp", bf16=True), last=8), cuda)
     got = run_job(Job(name=name, cfg=cfg, last=8), cuda)
-    worst = max(abs(a - b) for a, b in zip(got["losses"], ddp["losses"], strict=True))
-    assert worst <= STRATEGY_TOL, (worst, got["losses"], ddp["losses"])
+    worst = max(abs(a - b) for a, b in zip(got["losses"], ddp_bf16, strict=True))
+    _record(f"vs_ddp_bf16[{name}]", worst)
+    tol = STRATEGY_TOL if name in STRATEGIES else BF16_TOL
+    assert worst <= tol, (worst, got["losses"], ddp_bf16)
 
 
 # --- 3. save -> resume ----------------------------------------------------------------------
@@ -224,7 +273,11 @@ def test_lora_trains_only_adapters(cuda: torch.device) -> None:
 
 
 def _measure(*, checkpointing: bool, device: torch.device) -> dict[str, int]:
-    """Model-states bytes the plan counts, the measured activation term, the step's peak."""
+    """Model-states bytes the plan counts, the measured activation term, the step's peak.
+    Every figure is relative to what was allocated before the model was built (earlier
+    tests' leftovers are not this job's memory)."""
+    torch.cuda.synchronize(device)
+    base = torch.cuda.memory_allocated(device)
     model = _llama()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -254,10 +307,10 @@ def _measure(*, checkpointing: bool, device: torch.device) -> dict[str, int]:
         engine.backward(engine.forward(input_ids=ids, labels=ids).loss)
         engine.clip_and_step(1.0)
     torch.cuda.synchronize(device)
-    peak = torch.cuda.max_memory_allocated(device)
+    peak = torch.cuda.max_memory_allocated(device) - base
     del engine, model
     torch.cuda.empty_cache()
-    return {"params": n_params, "activation": activation, "peak": peak}
+    return {"params": n_params, "activation": activation, "peak": peak, "base": base}
 
 
 def _plan_model_states(param_count: int) -> int:
@@ -282,6 +335,7 @@ def test_peak_memory_matches_plan_and_checkpointing_cuts_activations(cuda: torch
     plain = _measure(checkpointing=False, device=cuda)
     ckpt = _measure(checkpointing=True, device=cuda)
     states = _plan_model_states(plain["params"])
+    _record("memory", {"plan_model_states": states, "plain": plain, "checkpointing": ckpt})
     for m in (plain, ckpt):
         expected = states + m["activation"]
         assert abs(m["peak"] - expected) <= MEMORY_TOL * expected, (m, states)

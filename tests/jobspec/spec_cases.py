@@ -318,6 +318,12 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("fsdp-params-without-bf16", _good(distributed={"strategy": "fsdp", "fsdp": {
      "mixed_precision": "params"}}), "distributed.fsdp.mixed_precision",
      "set training.bf16 or training.fp16"),
+    ("ds-mixed-precision-under-fsdp", _good(distributed={"strategy": "fsdp", "deepspeed": {
+     "mixed_precision": "autocast"}}), "distributed.deepspeed.mixed_precision",
+     "only for strategy deepspeed, not 'fsdp'"),
+    ("ds-autocast-fp16", _good(distributed={"strategy": "deepspeed", "deepspeed": {
+     "mixed_precision": "autocast"}}), "distributed.deepspeed.mixed_precision",
+     "set training.bf16"),
     ("hybrid-size-not-hybrid", _good(distributed={"strategy": "fsdp", "fsdp": {
      "hybrid_shard_size": 2}}), "distributed.fsdp.hybrid_shard_size",
      "only with sharding hybrid_shard"),

@@ -69,6 +69,12 @@ def test_zero_stages_shard_more_and_more() -> None:
     assert total(ds(3)) < total(spec())
 
 
+def test_zero_bf16_autocast_keeps_fp32_params_and_no_master_copy() -> None:
+    # mixed_precision autocast: DeepSpeed's torch_autocast, parameters stay fp32.
+    m = plan_for(ds(1, mixed_precision="autocast"), param_count=P).memory
+    assert (m.params_bytes, m.grads_bytes, m.optimizer_bytes) == (4 * P, 4 * P, 8 * P // 8)
+
+
 def test_zero_offload_moves_parts_off_the_device() -> None:
     zero2 = plan_for(ds(2, offload_optimizer=True), param_count=P).memory
     assert (zero2.grads_bytes, zero2.optimizer_bytes, zero2.params_bytes) == (0, 0, 2 * P)

@@ -140,6 +140,7 @@ def test_good_spec_is_resolved_with_defaults_filled(root: Path) -> None:
             "stage": 2,
             "offload_optimizer": False,
             "offload_param": False,
+            "mixed_precision": "params",
             "config": None,
         },
         "tensor_parallel_size": 1,

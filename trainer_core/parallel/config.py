@@ -42,6 +42,7 @@ class ParallelConfig:
     deepspeed_stage: DeepSpeedStage = _D.deepspeed.stage
     offload_optimizer: bool = _D.deepspeed.offload_optimizer
     offload_param: bool = _D.deepspeed.offload_param
+    deepspeed_mixed_precision: FsdpMixedPrecision = _D.deepspeed.mixed_precision
     deepspeed_config: Mapping[str, Any] | None = field(default=None, compare=False)
     tensor_parallel_size: int = _D.tensor_parallel_size
     bf16: bool = _T.bf16
@@ -62,6 +63,7 @@ class ParallelConfig:
             deepspeed_stage=d.deepspeed.stage,
             offload_optimizer=d.deepspeed.offload_optimizer,
             offload_param=d.deepspeed.offload_param,
+            deepspeed_mixed_precision=d.deepspeed.mixed_precision,
             deepspeed_config=d.deepspeed.config,
             tensor_parallel_size=d.tensor_parallel_size,
             bf16=t.bf16,

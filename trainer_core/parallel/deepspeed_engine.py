@@ -102,7 +102,8 @@ class DeepSpeedEngine:
     max_grad_norm: float | None
 
     def forward(self, **batch: Any) -> Any:
-        # DeepSpeed casts the module for bf16/fp16 itself; no autocast around it.
+        # DeepSpeed casts the module for bf16/fp16 itself, or autocasts inside its forward
+        # (mixed_precision autocast: its torch_autocast section); no autocast around it.
         return self.model(**batch)
 
     def backward(self, loss: torch.Tensor) -> None:

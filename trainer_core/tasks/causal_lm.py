@@ -83,4 +83,7 @@ OPS = TaskOps(
     eval_stats=cross_entropy_stats(shift=True),
     metrics=perplexity_metrics,
     filter_empty=True,
+    # Training never reads a KV cache; building one each forward costs time (and recompiles
+    # under torch.compile).
+    model_kwargs=lambda _n: {"use_cache": False},
 )
