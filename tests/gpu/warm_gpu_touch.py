@@ -2,4 +2,6 @@
 
 import torch
 
-torch.cuda.is_available()  # without NVML this is cudaGetDeviceCount: cuInit runs
+# Not torch.cuda.is_available(): with PYTORCH_NVML_BASED_CUDA_CHECK=1 (which importing
+# DeepSpeed sets) it asks NVML and never runs cuInit.
+torch.cuda.init()
