@@ -5,12 +5,13 @@ sees it empty), and a moto S3 server as the job storage. A 2-worker job can only
 worker per node, so every checkpoint is made of two nodes' parts, each written where the
 other node cannot see it.
 
-- FSDP2: checkpoints (each node holds only its own part; only rank 0's has the manifest),
-  is paused, one of its nodes is replaced by a fresh one, and it resumes from the bucket at
-  exactly the next step on the new placement and succeeds.
-- DeepSpeed ZeRO-3: after a checkpoint one worker node's raylet is killed with SIGKILL; Ray
+- FSDP2 and DeepSpeed ZeRO-3 each: checkpoints (each node holds only its own part; only
+  rank 0's has the manifest), is preempted (paused: checkpoint and stop), rank 0's node is
+  replaced by a fresh one, and it resumes from the bucket at exactly the next step on the new
+  placement.
+- Then the ZeRO-3 job loses the other node (its raylet killed with SIGKILL) mid-attempt; Ray
   Train restarts the gang once a fresh node has joined, from the bucket, and the job succeeds
-  with one loss point per step.
+  with a loss point for every step.
 """
 
 from __future__ import annotations
@@ -214,11 +215,12 @@ def _first_checkpoint(api: ApiServer, job_id: str) -> dict[str, Any]:
     return dict(found[0])
 
 
-def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: PrivateNodes) -> None:
-    spec = slow_llama_spec(
-        "pd-fsdp", steps=STEPS, distributed={"strategy": "fsdp"}, training={"save_steps": 2}
-    )
-    job_id = api.submit(spec)
+def _preempt_onto_a_fresh_node(
+    api: ApiServer, nodes: PrivateNodes, job_id: str
+) -> tuple[int, str, str]:
+    """Checkpoint, check each node holds only its part, preempt (pause), replace rank 0's
+    node by a fresh one, resume, and see a worker land there. Returns (the step the job
+    stopped at, the fresh node, the node kept from the first placement)."""
     ckpt = _first_checkpoint(api, job_id)
     placed = wait_for(lambda: len(w := _worker_nodes(nodes)) == 2 and w, timeout=60,
                       what="the two workers")  # fmt: skip
@@ -229,8 +231,8 @@ def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: Priva
     assert all(parts.values()), parts
     with_manifest = [n for n, files in parts.items() if "manifest.json" in files]
     assert len(with_manifest) == 1, parts
-    other = next(n for n in parts if n not in with_manifest)
-    assert "rng-rank1.pt" in parts[other] and "rng-rank1.pt" not in parts[with_manifest[0]]
+    kept = next(n for n in parts if n not in with_manifest)
+    assert "rng-rank1.pt" in parts[kept] and "rng-rank1.pt" not in parts[with_manifest[0]]
     # ... and nothing of it is where this process (the API, the head) could see it.
     assert not any(nodes.private.iterdir()) and not (STAGE_ROOT / job_id).exists()
 
@@ -245,10 +247,23 @@ def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: Priva
     assert api.api().post(f"/v1/jobs/{job_id}/resume").status_code == 200
     wait_for(lambda: fresh in _worker_nodes(nodes) or api.job(job_id)["status"] != "running",
              timeout=300, what="a worker on the fresh node")  # fmt: skip
+    return stopped, fresh, kept
+
+
+def _resumed_at(api: ApiServer, job_id: str, attempt: int) -> list[tuple[str, str]]:
+    logs = api.launcher.logs(f"{job_id}-{attempt}")
+    return re.findall(r"resumed from \S*checkpoint-(\d+) at step (\d+)", logs)
+
+
+def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: PrivateNodes) -> None:
+    spec = slow_llama_spec(
+        "pd-fsdp", steps=STEPS, distributed={"strategy": "fsdp"}, training={"save_steps": 2}
+    )
+    job_id = api.submit(spec)
+    stopped, _, _ = _preempt_onto_a_fresh_node(api, nodes, job_id)
     job = api.wait_done(job_id, timeout=400)
     assert job["status"] == "succeeded", (job["error"], api.events(job_id))
-    logs = api.launcher.logs(f"{job_id}-2")
-    resumed = re.findall(r"resumed from \S*checkpoint-(\d+) at step (\d+)", logs)
+    resumed = _resumed_at(api, job_id, 2)
     assert resumed and int(resumed[0][1]) == stopped, (resumed, stopped)
     losses = api.metrics(job_id, "loss")
     first = [p["step"] for p in losses if p["attempt"] == 1]
@@ -262,7 +277,9 @@ def test_fsdp_resumes_from_the_bucket_on_a_new_node(api: ApiServer, nodes: Priva
         assert f"{job_id}-final/config.json" in {m.name for m in tar.getmembers()}
 
 
-def test_zero3_survives_a_raylet_killed_mid_job(api: ApiServer, nodes: PrivateNodes) -> None:
+def test_zero3_resumes_on_a_new_node_then_survives_a_killed_raylet(
+    api: ApiServer, nodes: PrivateNodes
+) -> None:
     spec = slow_llama_spec(
         "pd-zero3",
         steps=STEPS,
@@ -271,21 +288,33 @@ def test_zero3_survives_a_raylet_killed_mid_job(api: ApiServer, nodes: PrivateNo
         max_restarts=2,
     )
     job_id = api.submit(spec)
-    _first_checkpoint(api, job_id)
-    placed = wait_for(lambda: len(w := _worker_nodes(nodes)) == 2 and w, timeout=60,
-                      what="the two workers")  # fmt: skip
-    victim = sorted(placed)[0]
-    nodes.kill_raylet(victim)
+    stopped, fresh, kept = _preempt_onto_a_fresh_node(api, nodes, job_id)
+    resumed = wait_for(lambda: _resumed_at(api, job_id, 2), timeout=120,
+                       what="attempt 2 to resume")  # fmt: skip
+    assert int(resumed[0][1]) == stopped, (resumed, stopped)
+    # Now the node kept from the first placement dies with the job on it.
+    assert api.job(job_id)["status"] == "running", api.job(job_id)
+    nodes.kill_raylet(kept)
     wait_for(
-        lambda: victim not in {n["node_id"] for n in alive_nodes(nodes.head)},
+        lambda: kept not in {n["node_id"] for n in alive_nodes(nodes.head)},
         timeout=120,
         what="Ray to see the node gone",
     )
-    nodes.add()  # room for the gang again: the survivor and a fresh node
+    nodes.add()  # room for the gang again: the fresh node of the resume and a newer one
     job = api.wait_done(job_id, timeout=500)
     assert job["status"] == "succeeded", (job["error"], api.events(job_id))
-    assert [p["step"] for p in api.metrics(job_id, "loss")] == list(range(1, STEPS + 1))
-    # Ray Train restarted the gang inside the attempt (or, had the driver been lost, a new
+    steps = [p["step"] for p in api.metrics(job_id, "loss")]
+    assert sorted(set(steps)) == list(range(1, STEPS + 1)), steps
+    assert min(p["step"] for p in api.metrics(job_id, "loss") if p["attempt"] >= 2) == stopped + 1
+    # Ray Train restarted the gang inside attempt 2 (or, had the driver been lost, a new
     # attempt); either way from the newest checkpoint in the bucket.
     types = [e["type"] for e in api.events(job_id)]
-    assert "worker_restarted" in types or job["attempt"] == 2, (types, job)
+    assert "worker_restarted" in types or job["attempt"] == 3, (types, job)
+    assert fresh in {n["node_id"] for n in alive_nodes(nodes.head)}
+    # The step it was preempted at, consolidated from both nodes' ZeRO-3 parts in the bucket.
+    r = api.api().get(f"/v1/jobs/{job_id}/checkpoints/{stopped}/download")
+    assert r.status_code == 200, r.text
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        names = {m.name for m in tar.getmembers()}
+    assert f"{job_id}-{stopped}/config.json" in names, names
+    assert any(n.endswith(".safetensors") for n in names), names
