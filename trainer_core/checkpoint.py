@@ -35,6 +35,7 @@ import os
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,10 +208,15 @@ def _step_dirs(output_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found.items())
 
 
-def latest_verified(output_dir: Path) -> Path | None:
-    """The newest ``checkpoint-<step>`` whose manifest verifies; corrupt ones are skipped."""
+def latest_verified(
+    output_dir: Path, files_for: Callable[[Path], CheckpointFiles | None] | None = None
+) -> Path | None:
+    """The newest ``checkpoint-<step>`` whose manifest verifies; corrupt ones are skipped.
+    ``files_for`` (the reporter's ``checkpoint_files``): a checkpoint this node holds only
+    part of is asked of the copy it names instead of hashed here."""
     for _, path in reversed(_step_dirs(output_dir)):
-        problem = verify_checkpoint(path)
+        files = files_for(path) if files_for is not None else None
+        problem = verify_checkpoint(path) if files is None else files.problem()
         if problem is None:
             return path
         log.warning("skipping checkpoint %s: %s", path, problem)

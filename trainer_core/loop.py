@@ -205,7 +205,7 @@ def _train(cfg: TrainConfig, reporter: Reporter, dist_info: DistInfo) -> TrainRe
     if interrupt:  # the next attempt resumes from the checkpoint just saved
         log.info("stopping at step %d with a checkpoint: %s", state.step, interrupt)
         return _result(run, state, summary, metrics, resumed_from, interrupted=interrupt)
-    final_dir = _save_final(run, state)
+    final_dir = _save_final(run, state, reporter)
     reporter.report(state.step, summary)
     return _result(run, state, summary, metrics, resumed_from, final_dir, stopped_early)
 
@@ -337,11 +337,13 @@ def _save(run: _Run, state: _State) -> Path:
     return ckpt
 
 
-def _save_final(run: _Run, state: _State) -> Path:
+def _save_final(run: _Run, state: _State, reporter: Reporter) -> Path:
     """The final model (the best checkpoint's with ``load_best_model_at_end``)."""
     best = _best_dir(run.cfg, state)
-    if run.tc.load_best_model_at_end and best is not None and best.exists():
-        run.engine.load(best)
+    if run.tc.load_best_model_at_end and best is not None:
+        directory, files = _readable(reporter, best)
+        if files is not None or best.exists():
+            run.engine.load(directory, files=files)
     return save_final(run.engine, run.tokenizer, run.cfg.model, run.cfg.output_dir / "final")
 
 
@@ -449,10 +451,13 @@ def _roll_back(run: _Run, state: _State, guard: DivergenceGuard, reporter: Repor
     spec = cfg.spec.health.divergence
     if state.rollbacks >= spec.max_rollbacks:
         raise Diverged(state.step, guard.last_finite_loss, state.rollbacks)
-    target = _agreed(lambda: latest_verified(cfg.output_dir))
+    target = _agreed(lambda: latest_verified(cfg.output_dir, reporter.checkpoint_files))
     if target is None:
         raise Diverged(state.step, guard.last_finite_loss, state.rollbacks)
-    saved = load_checkpoint(target, run.engine, scheduler=run.scheduler, generator=generator)
+    directory, files = _readable(reporter, target)
+    saved = load_checkpoint(
+        directory, run.engine, scheduler=run.scheduler, generator=generator, files=files
+    )
     rollbacks = state.rollbacks + 1
     # Keep the data position: the batches since the checkpoint are skipped, not replayed.
     back = _State(
@@ -664,6 +669,14 @@ def _pick_resume(reporter: Reporter, output_dir: Path) -> Path | None:
         return given or latest_verified(output_dir)
 
     return _agreed(choose)
+
+
+def _readable(reporter: Reporter, path: Path) -> tuple[Path, CheckpointFiles | None]:
+    """Where to load this attempt's checkpoint ``path`` from, and how: on local disk, or (a
+    job on several nodes without a shared disk, whose staging holds only this node's part)
+    through the reporter's view of the copy in object storage, which has its own directory."""
+    files = reporter.checkpoint_files(path)
+    return (path if files is None else files.path), files
 
 
 def _problem(path: Path, files: CheckpointFiles | None) -> str | None:

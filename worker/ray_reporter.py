@@ -28,6 +28,10 @@
   the first ``report`` is ``first_step``.
 - ``checkpoint_files(dir)``: a checkpoint ``worker.staging.localize`` made a node-local view
   of (object storage) is read through this node's cache, each rank fetching what it reads.
+  So is one of this attempt's own checkpoints in staging that this node does not hold whole
+  (a job on several nodes: each node's staging holds its own ranks' part): the load-best at
+  the end and a divergence rollback read it from ``<storage_uri>/checkpoint-<step>``, where
+  Ray Train put every node's part, through a view in ``<staging>/.bucket/``.
 - ``stop_requested()``: rank 0's ``StopWatch`` (heartbeat polling) says whether the API asked
   this attempt to checkpoint now (preemption, pause); the loop broadcasts rank 0's answer.
 - Ray itself is reached only through ``ray`` (``worker.ray_side``): in the Ray worker process,
@@ -49,6 +53,8 @@ from worker.ray_side import InProcessRay, RaySide
 
 __all__ = ["RayReporter"]
 
+_BUCKET_VIEWS = ".bucket"  # <staging>/.bucket/checkpoint-<step>: views of the bucket's copy
+
 log = logging.getLogger(__name__)
 
 
@@ -66,8 +72,12 @@ class RayReporter:
         spool: Path | None = None,
         phases: PhaseSender | None = None,
         ray: RaySide | None = None,
+        storage_uri: str | None = None,
+        staging: Path | None = None,
     ) -> None:
         self.rank = rank
+        # Object storage: the run directory in the bucket and this node's staging dir.
+        self._storage_uri, self._staging = storage_uri, staging
         self._ray: RaySide = ray if ray is not None else InProcessRay()
         self._phases = phases  # rank 0 only
         # Object storage: the checkpoint is in node-local staging and Ray Train uploads it.
@@ -148,10 +158,23 @@ class RayReporter:
 
     def checkpoint_files(self, directory: Path) -> CheckpointFiles | None:
         # A checkpoint train_fn localized from the bucket (resume point, init_from) is read
-        # through this node's cache; this attempt's own checkpoints are on local disk.
-        from worker.staging import cached
+        # through this node's cache; so is one of this attempt's own that this node holds
+        # only part of. A whole one on local disk (one node, or a shared filesystem): None.
+        from worker.staging import cached, localize
 
-        return cached(directory)
+        view = cached(directory)
+        if (
+            view is not None
+            or self._storage_uri is None
+            or directory.parent != self._staging
+            or _whole_here(directory)
+        ):
+            return view
+        import storage
+
+        uri = storage.join(self._storage_uri, directory.name)
+        local = localize(uri, directory.parent / _BUCKET_VIEWS, local_rank=self._local_rank)
+        return cached(local)
 
     def close(self) -> None:
         if self._phases is not None:
@@ -160,3 +183,14 @@ class RayReporter:
             self._stop_watch.close()
         if self._sender is not None:
             self._sender.close()
+
+
+def _whole_here(directory: Path) -> bool:
+    """Whether this node holds every file ``directory``'s manifest lists (no manifest: no)."""
+    from trainer_core.manifest import MANIFEST, parse_manifest
+
+    try:
+        table = parse_manifest((directory / MANIFEST).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return all((directory / rel).is_file() for rel in table)

@@ -153,6 +153,8 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
         spool=None if storage_uri else Path(config["output_dir"]) / SPOOL_NAME,
         phases=phases,
         ray=ray,
+        storage_uri=storage_uri,
+        staging=cfg.output_dir if storage_uri else None,
     )
     try:
         result = train(cfg, reporter)

@@ -12,6 +12,9 @@ own node's cache: each node fetches only the bytes its ranks read, and the resum
   (and, ZeRO-1/2, the shared model states), never the other rank's.
 - A checkpoint written by 4 ranks (FSDP+TP 2x2) resumes on 2 (FSDP) from the bucket: DCP
   reshards, each node fetching about half.
+- Within the attempt that wrote it (a divergence rollback, the load-best at the end), each
+  node's staging holds only its own part: the ranks find and load the checkpoint through
+  ``RayReporter.checkpoint_files``' view of the bucket's copy, exactly.
 
 Manifests here hash 4 KiB blocks (4 MiB in jobs) so the tiny model's shards span many.
 """
@@ -155,6 +158,22 @@ def _fsdp_rank(rank: int, port: int, work: str, uri: str, phase: str) -> None:
             state = {"global_step": 2}
             save_checkpoint(root / f"node{rank}", 2, engine, scheduler=sched, trainer_state=state)
             losses += _steps(engine, 3, 4)
+        elif phase == "rollback":  # the same nodes, later in the attempt that saved
+            from trainer_core.checkpoint import latest_verified
+            from trainer_core.loop import _readable
+            from worker.ray_reporter import RayReporter
+
+            stage = root / f"node{rank}"  # this node's staging: its own part of checkpoint-2
+            reporter = RayReporter(rank=rank, sender=None, resume_from=None, upload=True,
+                                   storage_uri=uri.rsplit("/", 1)[0], staging=stage)  # fmt: skip
+            if rank == 0:  # rank 0 chooses the rollback target: not without the bucket
+                assert latest_verified(stage) is None
+                assert latest_verified(stage, reporter.checkpoint_files) == stage / "checkpoint-2"
+            directory, files = _readable(reporter, stage / "checkpoint-2")
+            assert files is not None and directory == stage / ".bucket" / "checkpoint-2"
+            saved = load_checkpoint(directory, engine, scheduler=sched, files=files)
+            assert saved["global_step"] == 2
+            losses = [float("nan")] * 2 + _steps(engine, 3, 4)
         else:  # two fresh nodes, each with only the manifest at first
             node = root / ("hosts-rank1" if rank == 1 else "hosts-rank0")
             path = localize(uri, node, local_rank=0)
@@ -190,12 +209,14 @@ def test_fsdp_resume_fetches_what_each_rank_reads_and_is_exact(bucket: str, work
         storage.upload_dir(root / node / "checkpoint-2", uri)
     assert verify_stored(uri) is None
     _run("resume", root, uri)
+    _run("rollback", root, uri)
 
     saved = torch.load(root / "save.pt", weights_only=True)
-    resumed = torch.load(root / "resume.pt", weights_only=True)
-    assert resumed["losses"][2:] == saved["losses"][2:]  # bit for bit
-    for name, value in saved["state"].items():
-        torch.testing.assert_close(resumed["state"][name], value, rtol=0, atol=0)
+    for phase in ("resume", "rollback"):
+        resumed = torch.load(root / f"{phase}.pt", weights_only=True)
+        assert resumed["losses"][2:] == saved["losses"][2:], phase  # bit for bit
+        for name, value in saved["state"].items():
+            torch.testing.assert_close(resumed["state"][name], value, rtol=0, atol=0)
 
     whole = _whole(uri)
     reads = {r: json.loads((root / f"reads-rank{r}.json").read_text()) for r in (0, 1)}
