@@ -143,12 +143,14 @@ def sweep_active(
     last sweep read them (``kept_active``), brought up to date instead of read again.
     """
     out: dict[str, Decision] = {}
-    for a in db.read(_active) if kept is None else kept.fetch(db):
-        try:
-            st = launcher.status(a.submission_id)
-        except Exception as e:  # Ray unreachable: decide nothing about this job now
-            log.warning("launcher status of %s failed: %s", a.submission_id, e)
-            continue
+    active = db.read(_active) if kept is None else kept.fetch(db)
+    try:
+        states = launcher.statuses([a.submission_id for a in active])
+    except Exception as e:  # Ray unreachable: decide nothing about any job now
+        log.warning("launcher status of %d active jobs failed: %s", len(active), e)
+        return out
+    for a in active:
+        st = states[a.submission_id]
         d = decide_active(status=a.status, cancel_requested=a.cancel_requested, launch=st.state)
         out[a.job_id] = d
         try:

@@ -57,6 +57,11 @@ def test_cancel_while_running_then_resume_from_the_checkpoint(api: ApiServer) ->
     assert job["error"]["type"] == "cancelled"
     state = api.launcher.status(f"{job_id}-1").state.value
     assert state in {"stopped", "failed"}, state
+    # Many at once (the reconcile sweep's call): one listing of Ray's jobs, the same answer.
+    many = [f"{job_id}-1", *(f"{job_id}-never-{i}" for i in range(5))]
+    got = api.launcher.statuses(many)
+    assert got[many[0]].state.value == state
+    assert {got[sid].state.value for sid in many[1:]} == {"unknown"}, got
     time.sleep(3)  # a cancel never comes back to life
     assert api.job(job_id)["status"] == "cancelled"
     wait_for(
