@@ -29,7 +29,9 @@ files only.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,15 +72,36 @@ def write_model(
     ``trainer_core.consolidate`` for a step checkpoint."""
     out.mkdir(parents=True, exist_ok=True)
     adapter = cfg.lora or cfg.peft
-    if adapter is not None and adapter.merge_on_save:
-        merged_copy(model, state).save_pretrained(out)
-    else:
-        model.save_pretrained(out, state_dict=state)
-        if adapter is not None and _base_is_unnamed(cfg):
-            base_copy(model, state).save_pretrained(out / BASE_DIR)
-            relocate_adapter(out)
+    with _cache_on(model):
+        if adapter is not None and adapter.merge_on_save:
+            merged_copy(model, state).save_pretrained(out)
+        else:
+            model.save_pretrained(out, state_dict=state)
+            if adapter is not None and _base_is_unnamed(cfg):
+                base_copy(model, state).save_pretrained(out / BASE_DIR)
+                relocate_adapter(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def _cache_on(model: Any) -> Iterator[None]:
+    """Causal LMs train with ``use_cache=False`` (the tasks' ``model_kwargs``: no KV cache is
+    built in each forward), which their config and generation config would carry into the
+    written model, and ``generate`` would then run without a cache. What is written has
+    it on, as the library's default; the training model is left as it was."""
+    off = [
+        owner
+        for owner in (getattr(model, "config", None), getattr(model, "generation_config", None))
+        if owner is not None and getattr(owner, "use_cache", None) is False
+    ]
+    for owner in off:
+        owner.use_cache = True
+    try:
+        yield
+    finally:
+        for owner in off:
+            owner.use_cache = False
 
 
 def merged_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:

@@ -95,3 +95,22 @@ def test_named_base_is_referenced_not_copied(tmp_path: Path) -> None:
     assert json.loads((saved / "adapter_config.json").read_text())[
         "base_model_name_or_path"
     ] == str(base)
+
+
+@pytest.mark.parametrize("adapter", [{}, LORA], ids=["plain", "lora-merged"])
+def test_a_causal_lm_trained_without_a_kv_cache_is_written_with_it(
+    tmp_path: Path, adapter: dict[str, Any]
+) -> None:
+    """Training builds the model with ``use_cache=False``; the written model generates with
+    the cache on (config and generation config), and the training model is unchanged."""
+    if adapter:
+        adapter = {"lora": {**adapter["lora"], "merge_on_save": True}}
+    cfg = _cfg(from_scratch=True, config_overrides=TINY_LLAMA, **adapter)
+    model, tokenizer = _trained(cfg)
+    assert model.config.use_cache is False
+    saved = save_final(_SingleProcess(model), tokenizer, cfg, tmp_path / "final")
+    assert json.loads((saved / "config.json").read_text())["use_cache"] is True
+    assert json.loads((saved / "generation_config.json").read_text()).get("use_cache", True)
+    loaded = AutoModelForCausalLM.from_pretrained(saved)
+    assert loaded.config.use_cache and loaded.generation_config.use_cache
+    assert model.config.use_cache is False and model.generation_config.use_cache is False
