@@ -22,6 +22,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+from tests.trainer_core.test_strategies_harness import leave
 from trainer_core.checkpoint import load_checkpoint, prune_checkpoints, save_checkpoint
 from trainer_core.manifest import MANIFEST, verify_checkpoint
 from trainer_core.parallel.torch_engine import TorchEngine
@@ -71,6 +72,7 @@ def _rank_main(rank: int, port: int, root: str, shared: bool) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    leave()
 
 
 def _free_port() -> int:

@@ -218,10 +218,15 @@ def _worker(rank: int, world: int, ports: list[int], phases: list[list[Any]], ou
         _teardown()
     if int(os.environ["RANK"]) == 0:
         Path(out).write_text(json.dumps(results))
-    # Leave without the interpreter's teardown: a gloo group's C++ threads destroyed there,
-    # after Python's finalization, abort the process now and then ("terminate called without
-    # an active exception", SIGABRT; ~1 run in 5 of bench/resume_fetch.py on a busy box). The
-    # results are on disk; the exit code is all the parent reads.
+    leave()
+
+
+def leave() -> None:
+    """End a spawned rank that finished, without the interpreter's teardown: a gloo group's
+    C++ threads destroyed there, after Python's finalization, abort the process now and then
+    ("terminate called without an active exception", SIGABRT; ~1 run in 5 of
+    bench/resume_fetch.py on a busy box). Results go to disk; the exit code is all the
+    parent reads."""
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)

@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 from s3_server import S3Server, aws_env, running_s3
 
 import storage
-from tests.trainer_core.test_strategies_harness import GLOBAL_BATCH, Job, batch_for, spawn
+from tests.trainer_core.test_strategies_harness import GLOBAL_BATCH, Job, batch_for, leave, spawn
 from trainer_core.parallel import ParallelConfig
 from worker.checkpoint_callback import verify_stored
 from worker.node_cache import CachedCheckpoint
@@ -188,6 +188,7 @@ def _fsdp_rank(rank: int, port: int, work: str, uri: str, phase: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    leave()
 
 
 def _free_port() -> int:
