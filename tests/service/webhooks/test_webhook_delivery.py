@@ -10,6 +10,7 @@ import ssl
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,10 @@ def endpoint(db: Any, ep: str) -> Any:
 
 
 def make_due(db: Any) -> None:
-    db.write(lambda s: s.execute(update(WebhookDelivery).values(next_attempt_at=utcnow_py())))
+    # A second back: SQLite's clock in the due query has millisecond resolution, so "now" by
+    # Python's clock (microseconds) may still lie ahead of it within the same millisecond.
+    due = utcnow_py() - timedelta(seconds=1)
+    db.write(lambda s: s.execute(update(WebhookDelivery).values(next_attempt_at=due)))
 
 
 def test_delivered_on_2xx(
