@@ -10,7 +10,11 @@
         checkpoint-<step>/hf/, hf.json            the step's model, made on its first download
         final/                                    the finished model (HF layout)
         shunter_result.json                       rank 0's result (final model dir, steps)
-    <SHUNTER_STORAGE>/.cache/tokenized/           tokenised data shared by jobs
+    <SHUNTER_STORAGE>/objects/<sha256>/            one immutable team object (dataset or model)
+        manifest.json                             written last (trainer_core.manifest format);
+                                                  <sha256> = SHA-256 of the canonical manifest
+        <relative paths as uploaded>              a dataset's file(s) or an HF model folder
+    <SHUNTER_STORAGE>/.cache/tokenized/<key>/     tokenised data shared by jobs (manifest last)
 
 On object storage each rank trains into a node-local staging directory
 (``worker.staging.stage_dir``) and Ray Train uploads each worker's part into
@@ -28,8 +32,11 @@ __all__ = [
     "CHECKPOINT_MODEL_FILES",
     "CHECKPOINT_MODEL_MARK",
     "CHECKPOINT_PREFIX",
+    "OBJECT_PREFIX",
+    "TOKENIZED_PREFIX",
     "checkpoint_name",
     "checkpoint_step",
+    "object_dir",
 ]
 
 CHECKPOINT_PREFIX = "checkpoint-"
@@ -39,6 +46,10 @@ CHECKPOINT_PREFIX = "checkpoint-"
 CHECKPOINT_MODEL_DIR = "hf"
 CHECKPOINT_MODEL_MARK = "hf.json"
 CHECKPOINT_MODEL_FILES = (CHECKPOINT_MODEL_DIR, CHECKPOINT_MODEL_MARK)
+# Team objects (datasets, base models), content-addressed by their manifest's SHA-256, and
+# the tokenised datasets every job with the same key shares. Both relative to the storage root.
+OBJECT_PREFIX = "objects/"
+TOKENIZED_PREFIX = ".cache/tokenized/"
 
 
 def checkpoint_name(step: int) -> str:
@@ -53,3 +64,10 @@ def checkpoint_step(path: str | None) -> int:
     name = PurePosixPath(path.rstrip("/")).name
     tail = name.removeprefix(CHECKPOINT_PREFIX)
     return int(tail) if name.startswith(CHECKPOINT_PREFIX) and tail.isdigit() else 0
+
+
+def object_dir(digest: str) -> str:
+    """The directory of the object whose manifest hashes to ``digest``, under the storage root."""
+    if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"not a sha256 hex digest: {digest!r}")
+    return f"{OBJECT_PREFIX}{digest}"
