@@ -59,11 +59,13 @@ __all__ = [
     "IdempotencyKey",
     "Job",
     "MetricPoint",
+    "ObjectRef",
     "SchedulerLease",
     "Sweep",
     "SweepTrial",
     "Team",
     "TeamDataRoot",
+    "TeamObject",
     "Token",
     "WebhookDelivery",
     "WebhookEndpoint",
@@ -82,6 +84,7 @@ SWEEP_STATUSES = ("running", "succeeded", "cancelled", "failed")
 ACTIVE = "active"
 ROLES = ("admin", "member", "viewer")
 FILE_PURPOSES = ("fine-tune",)
+OBJECT_KINDS = ("dataset", "model")
 DELIVERY_STATUSES = ("pending", "delivered", "failed")
 
 NAMING = {
@@ -266,6 +269,10 @@ class Job(Base):
     # Set by a trigger on every insert and update (migration 0017): the scheduler's snapshot
     # re-reads only the rows changed since its last read (``service.scheduler.changes``).
     change_seq: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    # The team objects and bucket URIs the spec names, resolved at submit (service.objects):
+    # {"ds-...": {"uri", "digest", "kind", "format", "file", "files"}, "s3://...": {...}};
+    # the driver localizes them (payload["inputs"]). None: the spec names none.
+    inputs: Mapped[dict[str, Any] | None] = mapped_column()
 
 
 class Attempt(Base):
@@ -535,3 +542,45 @@ class NodeCordon(Base):
     last_job_id: Mapped[str | None] = mapped_column(String(40))
     cordoned_until: Mapped[datetime | None] = mapped_column()
     reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class TeamObject(Base):
+    """A team's dataset or base model (``service.objects``): its bytes are the object
+    ``objects/<digest>/`` in storage (``storage.layout``), shared by every row with that
+    digest. ``deleted_at`` set: removed by the team (hidden); the bytes stay while a job's
+    ``object_refs`` row or another live row names the digest."""
+
+    __tablename__ = "team_objects"
+    __table_args__ = (
+        CheckConstraint(_in("kind", OBJECT_KINDS), name="kind"),
+        Index("ix_team_objects_team_id", "team", "id"),
+        Index("ix_team_objects_digest", "digest"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # "ds-..." or "mdl-..."
+    team: Mapped[str] = mapped_column(ForeignKey("teams.name"))
+    name: Mapped[str] = mapped_column(String(255))
+    kind: Mapped[str] = mapped_column(String(16))
+    digest: Mapped[str] = mapped_column(String(64))
+    format: Mapped[str] = mapped_column(String(32))  # jsonl | json | csv | tsv | txt | parquet | hf
+    columns: Mapped[list[Any]] = mapped_column(JSON)
+    rows: Mapped[int | None] = mapped_column(BigInteger)
+    sample: Mapped[list[Any]] = mapped_column(JSON)  # a few rows (datasets) / config (models)
+    files: Mapped[list[Any]] = mapped_column(JSON)  # relative paths in the object
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_by: Mapped[str | None] = mapped_column(String(127))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow_py)
+    deleted_at: Mapped[datetime | None] = mapped_column()
+
+
+class ObjectRef(Base):
+    """A job uses an object: its bytes live until the job is deleted (the row goes with it)."""
+
+    __tablename__ = "object_refs"
+    __table_args__ = (Index("ix_object_refs_digest", "digest"),)
+
+    job_id: Mapped[str] = mapped_column(
+        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    object_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
