@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     max_infra_retries: int = Field(default=3, ge=0)
     scheduler_interval_s: float = Field(default=1.0, gt=0)
     # Bounded work per tick (Slurm's bf_max_job_test): the leader places, explains and
+    # An expired lease whose driver Ray still reports running (a worker cut off from the API,
+    # the database away: heartbeats could not land) is held this much longer before the
+    # attempt is lost (service.scheduler.loop, docs/reliability.md).
+    lease_grace_s: float = Field(default=90.0, ge=0)
     # estimates the first this many queued jobs in policy order; deeper ones keep their last
     # position, reason and ETA, marked stale, until a later tick reaches them.
     scheduler_max_plan_depth: int = Field(default=500, ge=1)

@@ -20,10 +20,11 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["Database", "is_retryable", "make_engine"]
+__all__ = ["Database", "is_retryable", "is_unavailable", "make_engine"]
 
 T = TypeVar("T")
 
@@ -31,6 +32,15 @@ _WRITE_OPTION = "shunter_write"
 _SINGLE_OPTION = "shunter_single_statement"
 _SQLITE_BUSY_MS = 20_000
 _RETRIES = 8
+# PostgreSQL away (restarted, failed over, unreachable) must never hang a request: a new
+# connection gives up after CONNECT_TIMEOUT_S, an established one whose peer went silent
+# after TCP_USER_TIMEOUT_MS unacknowledged (keepalives probe an idle one), a statement after
+# STATEMENT_TIMEOUT_MS, and a request waiting for a pooled connection after POOL_TIMEOUT_S.
+# Each failure is an error the HTTP edge answers with 503 + Retry-After (``is_unavailable``).
+CONNECT_TIMEOUT_S = 5
+TCP_USER_TIMEOUT_MS = 10_000
+STATEMENT_TIMEOUT_MS = 60_000
+POOL_TIMEOUT_S = 10.0
 
 
 def make_engine(url: str, *, pool_size: int = 20) -> Engine:
@@ -48,20 +58,34 @@ def make_engine(url: str, *, pool_size: int = 20) -> Engine:
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=True,
+        pool_pre_ping=True,  # a connection the server dropped (restart) is replaced, not used
+        pool_timeout=POOL_TIMEOUT_S,
         connect_args=_pg_utc(url),
     )
 
 
-def _pg_utc(url: str) -> dict[str, str]:
+def _pg_utc(url: str) -> dict[str, Any]:
     """PostgreSQL connection options with the session time zone UTC, whatever the server's
     default: times come back as ``datetime.timezone.utc`` (the store is UTC; psycopg would
     otherwise attach a ``ZoneInfo`` of the server's zone, slower in every comparison and
-    ``timestamp()`` of the hot paths). Keeps the URL's own ``options`` (a search_path)."""
-    options = make_url(url).query.get("options")
+    ``timestamp()`` of the hot paths). Keeps the URL's own ``options`` (a search_path) and
+    its own ``connect_timeout`` etc.; adds the bounds above (libpq parameters) where absent."""
+    query = make_url(url).query
+    options = query.get("options")
     if isinstance(options, tuple):
         options = " ".join(options)
-    return {"options": f"{options} -c TimeZone=UTC" if options else "-c TimeZone=UTC"}
+    ours = f"-c TimeZone=UTC -c statement_timeout={STATEMENT_TIMEOUT_MS}"
+    args: dict[str, Any] = {"options": f"{options} {ours}" if options else ours}
+    bounds = {
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "tcp_user_timeout": TCP_USER_TIMEOUT_MS,
+        "keepalives": 1,
+        "keepalives_idle": 10,
+        "keepalives_interval": 5,
+        "keepalives_count": 3,
+    }
+    args.update({k: v for k, v in bounds.items() if k not in query})
+    return args
 
 
 def _configure_sqlite(engine: Engine) -> None:
@@ -94,6 +118,32 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     sqlstate = getattr(exc.orig, "sqlstate", None)
     return sqlstate in {"40001", "40P01"}
+
+
+# SQLSTATE classes/codes of a server that is away or going away: connection exceptions
+# (08), admin shutdown / crash shutdown / cannot connect now (57P01-57P03), statement
+# timeout or cancel (57014), and "too many connections" (53300).
+_UNAVAILABLE_STATES = frozenset({"57P01", "57P02", "57P03", "57014", "53300"})
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """The database is away or overloaded, not wrong: a restart, a failover, an unreachable
+    host, a bounded wait that ran out (connect, statement, pool). Such a request may be
+    retried later (503 + Retry-After at the HTTP edge); lock contention is ``is_retryable``."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, DBAPIError):
+        return False
+    if exc.connection_invalidated or is_retryable(exc):
+        return True
+    if not hasattr(exc.orig, "sqlstate"):
+        return False  # SQLite: only contention (above) is transient; the rest is a bug
+    sqlstate: str | None = getattr(exc.orig, "sqlstate", None)
+    if sqlstate is not None:
+        return bool(sqlstate.startswith("08") or sqlstate in _UNAVAILABLE_STATES)
+    # psycopg without a SQLSTATE: the client failed before the server answered (refused,
+    # reset, timed out, closed mid-query).
+    return isinstance(exc, OperationalError | InterfaceError)
 
 
 class SqliteWriteLock:

@@ -11,10 +11,11 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from service.db.engine import is_retryable
+from service.db.engine import is_retryable, is_unavailable
 from service.errors import ServiceError, Unauthorized
 
 __all__ = ["OPENAI_PREFIXES", "install_error_handlers"]
@@ -85,19 +86,33 @@ async def _cluster_error(request: Request, exc: Exception) -> JSONResponse:
     return _reply(request, "cluster_unreachable", message, 503, {"Retry-After": "5"})
 
 
-async def _db_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, OperationalError)
-    if is_retryable(exc):  # contention outlasted every retry: tell the client to come back
-        return JSONResponse(
-            _body("busy", "the database is busy; retry shortly"), 503, headers={"Retry-After": "1"}
+# Seconds a client is told to wait while the database is away: PostgreSQL restarts in a few.
+DB_RETRY_AFTER_S = 2
+
+
+async def _db_error(request: Request, exc: Exception) -> JSONResponse:
+    """Contention that outlasted every retry, or the database away (restart, failover,
+    unreachable, a bounded wait ran out): 503 + ``Retry-After``, never a 500 and never a
+    hang (``db.engine`` bounds every wait). Anything else from the database is a bug: 500."""
+    assert isinstance(exc, DBAPIError | PoolTimeout)
+    if is_retryable(exc):
+        return _reply(
+            request, "busy", "the database is busy; retry shortly", 503, {"Retry-After": "1"}
+        )
+    if is_unavailable(exc):
+        log.warning("database unavailable: %s", str(exc).splitlines()[0][:300])
+        message = "the database is unavailable (restarting or unreachable); retry shortly"
+        return _reply(
+            request, "database_unavailable", message, 503, {"Retry-After": str(DB_RETRY_AFTER_S)}
         )
     log.exception("database error", exc_info=exc)
-    return JSONResponse(_body("database_error", "database error"), 500)
+    return _reply(request, "database_error", "database error", 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(OperationalError, _db_error)
+    app.add_exception_handler(DBAPIError, _db_error)
+    app.add_exception_handler(PoolTimeout, _db_error)
     app.add_exception_handler(httpx.HTTPError, _cluster_error)

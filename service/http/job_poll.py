@@ -14,9 +14,9 @@ success path of a plain poll, with the same code underneath:
 - the body serialised once, as the route does.
 
 Anything else (a query string, a token not yet cached, a job that is not found or not
-visible, a malformed id) falls through to the FastAPI route unchanged, so every error keeps
-one shape and one place. The middlewares outside this one (security headers, rate limit,
-body limit, request metrics) see these requests as they see any other.
+visible, a malformed id, the database away) falls through to the FastAPI route unchanged,
+so every error keeps one shape and one place. The middlewares outside this one (security
+headers, rate limit, body limit, request metrics) see these requests as they see any other.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.types import Receive, Scope, Send
 
 from service.accounts.auth import bearer_hash
@@ -80,8 +82,10 @@ class JobPollMiddleware:
                     lambda c: jobs.get_job(c, principal=principal, job_id=job_id)
                 ),
             )
-        except ServiceError:
-            return False  # not found / not visible: the route gives the error
+        except (ServiceError, DBAPIError, PoolTimeout):
+            # Not found / not visible, or the database away: the route gives the error (a
+            # 404, or the 503 + Retry-After of ``error_mapping``; never a 500 from out here).
+            return False
         body = job.model_dump_json().encode()
         scope["route"] = _RouteLabel
         await send(

@@ -20,6 +20,17 @@ hung attempt on a thread of its own, so placement never waits for a dump):
    through ``loss.lose_attempt`` (cause ``HUNG``: resume from the newest verified checkpoint,
    no infra retry used) or fails it with ``error.type: hung``; last, the launcher stops the
    attempt (database first, as everywhere).
+
+Cut off is not hung. A worker cut off from the API (a network cut, the API or its database
+away) keeps stepping, but its steps reach the service only when the path is back (the
+worker buffers and replays them), so ``updated_at`` alone would call it stalled. What tells
+the two apart is the driver's heartbeat: a hung job's driver is a separate process that
+keeps beating, a cut-off one's beats are lost with its posts. So each sweep also reads the
+attempts whose heartbeat is ``silent`` (none for a third of ``lease_seconds``, two missed
+beats at the defaults: one indexed query on the active attempts' lease column); such an
+attempt is not judged while silent, and once its beats are back its clock restarts from the
+last sweep that saw it silent: the replay of its buffered steps then has a whole bound to
+land before it could be called hung.
 """
 
 from __future__ import annotations
@@ -40,6 +51,7 @@ from sqlalchemy.orm import Session
 from service.db.changes import KeptRows
 from service.db.engine import Database
 from service.db.models import ACTIVE, Attempt, Event, Job, MetricPoint
+from service.db.sqltime import utcnow_plus
 from service.errors import IllegalTransition
 from service.jobs.hang_rule import (
     StepTimes,
@@ -59,6 +71,9 @@ __all__ = ["HangWatch", "SpecBits", "Watched", "kept_watched", "watched"]
 
 log = logging.getLogger(__name__)
 _WATCHED = (str(JobStatus.STARTING), str(JobStatus.RUNNING))
+# An attempt is silent after this share of its lease without a heartbeat (two missed beats
+# at the defaults: SHUNTER_HEARTBEAT_S 5, SHUNTER_LEASE_SECONDS 30).
+_SILENT_FRACTION = 1 / 3
 
 
 def _utc(t: datetime) -> datetime:
@@ -192,8 +207,13 @@ class HangWatch:
         dump_timeout_s: float,
         max_infra_retries: int,
         background: bool = False,
+        lease_seconds: float | None = None,
     ) -> None:
         self.files = files
+        # The attempts' lease: with it, attempts whose heartbeat went silent are not judged
+        # (cut off is not hung: module docstring); None judges by steps alone.
+        self.lease_seconds = lease_seconds
+        self._silent_at: dict[tuple[str, int], datetime] = {}  # the last sweep that saw it
         self.dump_timeout_s = dump_timeout_s
         self.max_infra_retries = max_infra_retries
         self.times = StepTimes()
@@ -226,15 +246,21 @@ class HangWatch:
             del self._specs[gone]
         with self._lock:
             self._claimed &= keys  # an ended attempt is no longer read: forget it
+        silent = self._silent(db, now, keys)
         hung = []
         for w in rows:
             key = (w.job_id, w.attempt)
             if w.has_step:
                 self.times.add(key, step=w.step, value=w.step_time_s)
+            if key in silent:
+                continue  # cut off or hung: no telling while its heartbeats are missing
+            back = self._silent_at.get(key)  # its clock restarts when its beats came back
             verdict = hang_verdict(
                 now=now,
-                launched_at=w.launched_at,
-                last_step_at=w.updated_at if w.has_step else None,
+                launched_at=max(w.launched_at, back) if back else w.launched_at,
+                last_step_at=(max(w.updated_at, back) if back else w.updated_at)
+                if w.has_step
+                else None,
                 p50_step_s=self.times.p50(key),
                 logging_steps=w.logging_steps,
                 hang=w.hang,
@@ -251,6 +277,28 @@ class HangWatch:
             elif self._handle(db, launcher, w, verdict):
                 hung.append(w.job_id)
         return hung
+
+    def _silent(
+        self, db: Database, now: datetime, keys: set[tuple[str, int]]
+    ) -> set[tuple[str, int]]:
+        """The watched attempts whose heartbeat is silent now (no beat for a third of the
+        lease, on the database clock); each is stamped ``now`` in ``_silent_at``."""
+        if self.lease_seconds is None:
+            return set()
+        renewed_within = self.lease_seconds * (1 - _SILENT_FRACTION)
+        rows = db.read(
+            lambda s: s.execute(
+                select(Attempt.job_id, Attempt.number).where(
+                    Attempt.status == ACTIVE,
+                    Attempt.lease_expires_at < utcnow_plus(renewed_within),
+                )
+            ).all()
+        )
+        silent = {(r[0], r[1]) for r in rows} & keys
+        self._silent_at = {k: t for k, t in self._silent_at.items() if k in keys}
+        for key in silent:
+            self._silent_at[key] = now
+        return silent
 
     def _handle(self, db: Database, launcher: Launcher, w: Watched, verdict: Verdict) -> bool:
         ended = False

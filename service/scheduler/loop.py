@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from service.accounts.auth import hash_token, new_token
-from service.db.engine import Database
+from service.db.engine import Database, is_unavailable
 from service.db.models import Job, utcnow_py
 from service.errors import IllegalTransition, StaleAttempt
 from service.jobs.hang import HangWatch
@@ -90,6 +90,12 @@ from service.scheduler.usage import Usage
 __all__ = ["Scheduler", "TickReport", "effective_free", "never_fits_reason", "plan_order"]
 
 log = logging.getLogger(__name__)
+
+_AWAY_MAX_S = 5.0  # the longest pause between ticks while the database is away
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).splitlines() or [type(e).__name__])[0][:300]
 
 
 @dataclass(kw_only=True)
@@ -187,11 +193,15 @@ class Scheduler:
         # them for the free capacity, the reservation, preemption and the ETAs).
         self._packs = capacity.PackMemo()
         self._active = kept_active()  # the active attempts, kept across sweeps
+        # Expired leases held while Ray reports their driver running (``_hold``): when this
+        # process first saw each expired, on its monotonic clock.
+        self._silent: dict[tuple[str, int], float] = {}
         self.hang_watch = HangWatch(
             files=files_for(settings),
             dump_timeout_s=float(settings.health_hang_dump_timeout_s),
             max_infra_retries=int(settings.max_infra_retries),
             background=True,
+            lease_seconds=float(settings.lease_seconds),  # cut off is not hung
         )
 
     # -- loop -------------------------------------------------------------------------
@@ -226,6 +236,7 @@ class Scheduler:
 
     def _run(self) -> None:
         interval = float(self.settings.scheduler_interval_s)
+        away = 0  # ticks in a row that found the database away
         while True:
             self._wake.wait(interval)  # the tick, or earlier on wake()
             self._wake.clear()
@@ -233,8 +244,22 @@ class Scheduler:
                 return
             try:
                 self.tick()
-            except Exception:  # one bad tick must not end scheduling
-                log.exception("scheduler tick failed")
+            except Exception as e:  # one bad tick must not end scheduling
+                self._forget()  # nothing kept from a tick that failed half-way
+                if not is_unavailable(e):
+                    log.exception("scheduler tick failed")
+                    continue
+                # The database is away (restart, failover): pause with a capped backoff and
+                # keep the lease as it is. Its epoch fences every claim, so after the return
+                # this process renews it, or takes it over with a new epoch, or follows.
+                away += 1
+                if away == 1:
+                    log.warning("scheduler paused: the database is away: %s", _first_line(e))
+                self._stop.wait(min(_AWAY_MAX_S, interval * 2**away))
+                continue
+            if away:
+                log.warning("scheduler resumed: the database is back after %d ticks", away)
+                away = 0
 
     # -- one tick -----------------------------------------------------------------------
     def tick(self) -> TickReport:
@@ -288,34 +313,47 @@ class Scheduler:
         self._active = kept_active()
 
     def _reap(self, report: TickReport) -> None:
-        for attempt in self.db.read(expired_attempts):
-            if self._still_launching(attempt.job_id, attempt.number, attempt.submission_id):
+        expired = self.db.read(expired_attempts)
+        keys = {(a.job_id, a.number) for a in expired}
+        for gone in self._silent.keys() - keys:  # heartbeats are back (or it ended)
+            del self._silent[gone]
+        for attempt in expired:
+            if self._hold(attempt.job_id, attempt.number, attempt.submission_id):
                 continue
             # Lose it in the database first (conditional on the lease still being expired):
             # a driver that heartbeated meanwhile must not be stopped.
             if self._lose_expired(attempt.job_id, attempt.number) is None:
                 continue
+            self._silent.pop((attempt.job_id, attempt.number), None)
             report.reaped.append(attempt.submission_id)
             try:
                 self.launcher.stop(attempt.submission_id)  # the old driver must not go on
             except Exception as e:  # it is fenced anyway: its next write gets 409
                 report.errors.append(f"stop {attempt.submission_id}: {e}")
 
-    def _still_launching(self, job_id: str, number: int, submission_id: str) -> bool:
-        """Ray has not started the driver yet (runtime env, a slow node): it cannot have
-        heartbeated, so its lease is renewed rather than lost. Bounded by Ray, which fails a
-        job whose driver never starts (RAY_JOB_START_TIMEOUT_SECONDS)."""
+    def _hold(self, job_id: str, number: int, submission_id: str) -> bool:
+        """Whether an expired lease is kept rather than lost: Ray has not started the driver
+        yet (it cannot have heartbeated: the lease is renewed; bounded by Ray, which fails a
+        job whose driver never starts, RAY_JOB_START_TIMEOUT_SECONDS), or Ray reports the
+        driver running and it has been silent for less than ``lease_grace_s`` past its lease:
+        a worker cut off from the API, or the database away, trains on and its heartbeats
+        land again when the path is back (docs/reliability.md). A driver Ray cannot vouch for
+        (ended, unknown, Ray unreachable) is lost at once, as before."""
         try:
-            pending = self.launcher.status(submission_id).state == LaunchState.PENDING
+            state = self.launcher.status(submission_id).state
         except Exception:
             return False
-        if pending:
+        if state == LaunchState.PENDING:
             lease = float(self.settings.lease_seconds)
             with contextlib.suppress(StaleAttempt):
                 self.db.write(
                     lambda s: fence_attempt(s, job_id=job_id, attempt=number, lease_seconds=lease)
                 )
-        return pending
+            return True
+        if state != LaunchState.RUNNING:
+            return False
+        first = self._silent.setdefault((job_id, number), time.monotonic())
+        return time.monotonic() - first < float(self.settings.lease_grace_s)
 
     def _lose_expired(self, job_id: str, number: int) -> Job | None:
         retries = int(self.settings.max_infra_retries)

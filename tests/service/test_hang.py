@@ -348,3 +348,41 @@ def test_the_scheduler_watch_handles_a_hang_once_and_off_the_tick(
         gate.set()
         watch.close()
     assert len(launcher.dumped) == 1
+
+
+def test_cut_off_is_not_hung_and_the_clock_restarts_when_its_beats_return(
+    client: Any, admin_token: str, db: Any, settings: Any, launcher: Any
+) -> None:
+    """An attempt whose heartbeats are missing (cut off from the API, or the database away)
+    is not judged: its steps cannot reach the service, but a hung job's driver still beats.
+    Once its beats are back, the stall clock starts from the last sweep that saw it silent;
+    a job that then makes no step within the bound is still caught."""
+    job_id, n, h = _running(client, admin_token, db, launcher, floor_s=60)
+    _steps(client, job_id, n, h, range(1, 3), step_s=0.5)
+    watch = HangWatch(
+        files=files_for(settings), dump_timeout_s=5, max_infra_retries=3, lease_seconds=30
+    )
+
+    def silent() -> None:  # no heartbeat for longer than a third of the lease
+        db.write(
+            lambda s: s.execute(
+                Attempt.__table__.update()
+                .where(Attempt.job_id == job_id, Attempt.number == n)
+                .values(lease_expires_at=datetime.now(UTC) + timedelta(seconds=5))
+            )
+        )
+
+    silent()
+    assert watch.sweep(db, launcher, now=_later(61)) == []  # steps stale, but beats missing
+    assert watch.sweep(db, launcher, now=_later(90)) == []
+    r = client.post(internal(job_id, n, "heartbeat"), json={}, headers=h)
+    assert r.status_code == 200, r.text  # the path is back
+    assert watch.sweep(db, launcher, now=_later(91)) == []  # the replay has a whole bound
+    assert client.get(f"/v1/jobs/{job_id}", headers=bearer(admin_token)).json()["status"] == (
+        "running"
+    )
+    assert watch.sweep(db, launcher, now=_later(151)) == [job_id]  # beating, yet no step
+    # Without the lease the watch judges by steps alone (as before): hung at 61 s.
+    job2, n2, h2 = _running(client, admin_token, db, launcher, floor_s=60)
+    _steps(client, job2, n2, h2, range(1, 3), step_s=0.5)
+    assert _watch(settings).sweep(db, launcher, now=_later(61)) == [job2]

@@ -196,7 +196,7 @@ def test_cancel_stops_the_launch_then_finishes_cancelled(h: Any, admin_token: st
 def test_reaper_loses_an_attempt_whose_lease_expired(
     make_settings: Any, db: Any, h: Any, launcher: InMemoryLauncher
 ) -> None:
-    sched = Scheduler(make_settings(lease_seconds=0.2), db, launcher)
+    sched = Scheduler(make_settings(lease_seconds=0.2, lease_grace_s=0), db, launcher)
     job_id = h.submit(spec("lease"))
     sched.tick()
     time.sleep(1.2)  # SQLite's clock has second resolution in places: be generous
@@ -208,6 +208,29 @@ def test_reaper_loses_an_attempt_whose_lease_expired(
     assert f"{job_id}-1" in report.reaped
     assert launcher.status(f"{job_id}-1").state == LaunchState.STOPPED  # old driver stopped
     assert f"{job_id}-2" in launcher.submitted
+
+
+def test_an_expired_lease_whose_driver_ray_runs_is_held_for_the_grace(
+    make_settings: Any, db: Any, h: Any, launcher: InMemoryLauncher
+) -> None:
+    """Heartbeats that could not land (a worker cut off from the API, the database away) do
+    not lose an attempt Ray still runs, for ``lease_grace_s``; one that stays silent past it
+    is lost; one Ray no longer runs is lost at once."""
+    sched = Scheduler(make_settings(lease_seconds=0.2, lease_grace_s=3600), db, launcher)
+    held = h.submit(spec("held"))
+    gone = h.submit(spec("gone"))
+    sched.tick()
+    launcher.states[f"{held}-1"] = LaunchStatus(state=LaunchState.RUNNING)
+    launcher.states[f"{gone}-1"] = LaunchStatus(state=LaunchState.FAILED)
+    time.sleep(1.2)  # both leases expired on the database clock
+    report = sched.tick()
+    assert report.reaped == [f"{gone}-1"], report
+    assert sched.tick().reaped == [] and h.job(held)["status"] == "starting"
+    assert f"{held}-2" not in launcher.submitted  # no second placement while it is held
+    sched.settings.lease_grace_s = 0.5  # the silence outlasts the grace
+    time.sleep(0.6)
+    assert sched.tick().reaped == [f"{held}-1"]
+    assert launcher.status(f"{held}-1").state == LaunchState.STOPPED
 
 
 def test_reconcile_on_start_keeps_live_attempts_and_requeues_vanished_ones(
