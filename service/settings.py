@@ -47,14 +47,14 @@ class Settings(BaseSettings):
     # JSON/YAML file of extra models for /v1/models (service.openai.catalog); None = built-ins.
     model_catalog: Path | None = None
     lease_seconds: float = Field(default=30.0, gt=0)
-    # Infra losses (expired leases) of one job requeued before it fails retries_exhausted.
-    max_infra_retries: int = Field(default=3, ge=0)
-    scheduler_interval_s: float = Field(default=1.0, gt=0)
-    # Bounded work per tick (Slurm's bf_max_job_test): the leader places, explains and
     # An expired lease whose driver Ray still reports running (a worker cut off from the API,
     # the database away: heartbeats could not land) is held this much longer before the
     # attempt is lost (service.scheduler.loop, docs/reliability.md).
     lease_grace_s: float = Field(default=90.0, ge=0)
+    # Infra losses (expired leases) of one job requeued before it fails retries_exhausted.
+    max_infra_retries: int = Field(default=3, ge=0)
+    scheduler_interval_s: float = Field(default=1.0, gt=0)
+    # Bounded work per tick (Slurm's bf_max_job_test): the leader places, explains and
     # estimates the first this many queued jobs in policy order; deeper ones keep their last
     # position, reason and ETA, marked stale, until a later tick reaches them.
     scheduler_max_plan_depth: int = Field(default=500, ge=1)
