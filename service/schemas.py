@@ -143,6 +143,24 @@ class JobRead(_Out):
     restarts: int = 0
 
 
+class CloneIn(_In):
+    """``POST /v1/jobs/{id}/clone``: the job's submitted spec with these changes, submitted."""
+
+    # dotted field -> value, e.g. {"training.learning_rate": 1e-4}; validated like a submit
+    overrides: dict[str, Any] = Field(default_factory=dict, max_length=256)
+    # start from this verified checkpoint of the job (model.init_from; weights only)
+    from_checkpoint: Literal["latest", "best"] | Annotated[int, Field(ge=1)] | None = None
+
+
+class JobRecordRead(_Out):
+    """``GET /v1/jobs/{id}/record``: what a job ran with (``service.jobs.reproduce``)."""
+
+    job_id: str
+    # code_version, seed, model/tokenizer/data fingerprints; ``run``: the driver's report of
+    # the versions where the last attempt ran. null for a job stored before records existed.
+    record: dict[str, Any] | None
+
+
 class DryRunRead(_Out):
     """``POST /v1/jobs?dry_run=true``: the spec as it would be queued and how it would run."""
 
@@ -470,6 +488,9 @@ class StatusIn(_In):
     error: JobError | None = None
     final_model_uri: str | None = Field(default=None, max_length=4096)
     step: int | None = Field(default=None, ge=0, le=2**62)
+    # With ``running``: where the attempt runs (``shunter.provenance.installed_versions``):
+    # {code_version, python, packages: {name: version}}; stored in the job's record as ``run``.
+    versions: dict[str, str | dict[str, str]] | None = Field(default=None, max_length=16)
 
 
 class RestartIn(_In):

@@ -43,6 +43,7 @@ from typing import Any
 
 import storage
 from shunter.jobspec import JobSpec
+from shunter.provenance import installed_versions
 from worker.classify import ErrorInfo, classify
 from worker.internal_api import ApiError, AttemptFenced, InternalApi, RetryPolicy
 from worker.log_shipper import LogShipper, flush_installed
@@ -249,7 +250,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
     )
     payload = api.spec()
     spec = JobSpec.model_validate(payload["spec"])
-    api.status("running")
+    api.status("running", versions=installed_versions())
 
     def _stop(reason: str) -> None:
         log.warning("stopping this attempt: %s", reason)

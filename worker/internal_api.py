@@ -185,8 +185,10 @@ class InternalApi:
         error: dict[str, str] | None = None,
         final_model_uri: str | None = None,
         step: int | None = None,
+        versions: dict[str, Any] | None = None,
     ) -> None:
-        """``step``: with ``preempted``, the step the attempt checkpointed at."""
+        """``step``: with ``preempted``, the step the attempt checkpointed at. ``versions``:
+        with ``running``, the code and package versions this attempt runs with."""
         body: dict[str, Any] = {
             "status": status,
             "error": error,
@@ -194,6 +196,8 @@ class InternalApi:
         }
         if step is not None:
             body["step"] = step
+        if versions is not None:
+            body["versions"] = versions
         self.request("POST", "status", body)
 
     def restart(

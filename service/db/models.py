@@ -273,6 +273,10 @@ class Job(Base):
     # {"ds-...": {"uri", "digest", "kind", "format", "file", "files"}, "s3://...": {...}};
     # the driver localizes them (payload["inputs"]). None: the spec names none.
     inputs: Mapped[dict[str, Any] | None] = mapped_column()
+    # What the user sent, defaults written out (GET /v1/jobs/{id}/spec; a clone's start), and
+    # the reproduction record (service.jobs.reproduce). None on jobs older than migration 0019.
+    submitted_spec: Mapped[dict[str, Any] | None] = mapped_column()
+    record: Mapped[dict[str, Any] | None] = mapped_column()
 
 
 class Attempt(Base):

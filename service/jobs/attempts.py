@@ -121,6 +121,15 @@ def attempt_heartbeat(
     )
 
 
+def _record_run(
+    session: Session, *, job_id: str, attempt: int, versions: Mapping[str, Any]
+) -> None:
+    """The versions the driver of ``attempt`` runs with, as the record's ``run``."""
+    job = session.get(Job, job_id)
+    assert job is not None
+    job.record = {**(job.record or {}), "run": {"attempt": attempt, **versions}}
+
+
 def report_status(
     session: Session, *, job_id: str, attempt: int, body: StatusIn, lease_seconds: float
 ) -> PhaseMark | None:
@@ -134,6 +143,8 @@ def report_status(
         finish_preempted(session, job_id=job_id, attempt=attempt, step=body.step)
         return None
     if body.status == "running":
+        if body.versions is not None:
+            _record_run(session, job_id=job_id, attempt=attempt, versions=body.versions)
         if status == S.STARTING:
             transition(
                 session,

@@ -44,6 +44,7 @@ from service.jobs.hub import EcosystemPolicy, ecosystem_errors
 from service.jobs.init_from import resolve_init_from
 from service.jobs.plan_facts import plan_facts
 from service.jobs.read_model import first_queue_position, job_read
+from service.jobs.reproduce import submit_record, submitted_form
 from service.launch import ClusterResources
 from service.schemas import DryRunRead, JobRead
 from service.webhooks.endpoints import notify_errors
@@ -323,6 +324,7 @@ def _write(
     storage: str,
     key: str | None,
     digest: str,
+    provenance: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> SubmitResult:
     if key is not None:
         hit = session.execute(
@@ -340,7 +342,15 @@ def _write(
             assert job is not None
             return SubmitResult(job=job_read(job), created=False)
     resolved, budget_note = _all_team_checks(session, principal=principal, resolved=resolved)
-    job = insert_job(session, principal=principal, resolved=resolved, storage=storage)
+    submitted, record = provenance
+    job = insert_job(
+        session,
+        principal=principal,
+        resolved=resolved,
+        storage=storage,
+        submitted=submitted,
+        record=record,
+    )
     if budget_note is not None:
         session.add(Event(job_id=job.id, type="budget_exceeded", message=budget_note))
     if key is not None:
@@ -356,8 +366,12 @@ def insert_job(
     resolved: dict[str, Any],
     storage: str,
     job_id: str | None = None,
+    submitted: dict[str, Any] | None = None,
+    record: dict[str, Any] | None = None,
 ) -> Job:
-    """Write a checked spec as a queued job and its ``submitted`` event (no commit)."""
+    """Write a checked spec as a queued job and its ``submitted`` event (no commit).
+    ``submitted``/``record``: the user's form and the reproduction record
+    (``service.jobs.reproduce``)."""
     job_id = job_id or new_job_id()
     spec = {**resolved, "training": {**resolved["training"], "output_dir": f"{storage}/{job_id}"}}
     res = spec["resources"]
@@ -375,6 +389,8 @@ def insert_job(
         gpus_per_worker=res["gpus_per_worker"],
         pending_reason="waiting for the scheduler",
         queue_position=first_queue_position(session, job_id=job_id, priority=priority),
+        submitted_spec=submitted,
+        record=record,
     )
     session.add(job)
     session.flush()
@@ -406,7 +422,9 @@ def submit_job(
         if not idempotency_key or len(idempotency_key) > _IDEMPOTENCY_KEY_MAX:
             raise BadRequest("Idempotency-Key: must be 1-255 characters", detail="bad_header")
     document = _parsed(raw, content_type)
-    resolved = _validated_in(document, ctx).model_dump(mode="json")
+    spec = _validated_in(document, ctx)
+    resolved = spec.model_dump(mode="json")
+    provenance = (submitted_form(document), submit_record(spec))
     digest = body_sha256(document)
     for attempt in range(3):
         try:
@@ -418,6 +436,7 @@ def submit_job(
                     storage=ctx.storage,
                     key=idempotency_key,
                     digest=digest,
+                    provenance=provenance,
                 )
             )
         except IntegrityError:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
@@ -12,7 +13,7 @@ from service.errors import Unavailable
 from service.http import log_stream
 from service.http.deps import CurrentUser, Limit, StateDep, SubmitCtx
 from service.jobs import logs as job_logs_domain
-from service.jobs import preemption
+from service.jobs import preemption, reproduce
 from service.jobs import queries as jobs
 from service.jobs.health_files import files_for
 from service.jobs.health_files import job_stacks as job_stacks_domain
@@ -21,11 +22,13 @@ from service.jobs.submit import dry_run as dry_run_job
 from service.jobs.submit import submit_job
 from service.schemas import (
     CheckpointsPage,
+    CloneIn,
     ClusterRead,
     DryRunRead,
     ErrorBody,
     EventsPage,
     JobRead,
+    JobRecordRead,
     JobsPage,
     LogsRead,
     MetricsPage,
@@ -136,6 +139,55 @@ def get_job(job_id: str, st: StateDep, user: CurrentUser) -> Response:
     every database call. Serialised once (no second validation against ``response_model``)."""
     job = st.db.read_core(lambda c: jobs.get_job(c, principal=user, job_id=job_id))
     return Response(job.model_dump_json(), media_type="application/json")
+
+
+@router.get("/jobs/{job_id}/spec", response_model=dict[str, Any], responses=_ERRORS)
+def get_job_spec(job_id: str, st: StateDep, user: CurrentUser) -> dict[str, Any]:
+    """What the user submitted, every default written out: it resubmits as is
+    (``POST /v1/jobs``). The running spec (service paths, ``output_dir``) is the job's
+    ``spec``."""
+    return st.db.read(lambda s: reproduce.job_spec(s, principal=user, job_id=job_id))
+
+
+@router.get("/jobs/{job_id}/record", response_model=JobRecordRead, responses=_ERRORS)
+def get_job_record(job_id: str, st: StateDep, user: CurrentUser) -> JobRecordRead:
+    """What the job ran with: code and package versions, data and model fingerprints, seed."""
+    return st.db.read(lambda s: reproduce.job_record(s, principal=user, job_id=job_id))
+
+
+@router.post("/jobs/{job_id}/clone", status_code=201, response_model=JobRead, responses=_ERRORS)
+def clone_job(
+    job_id: str,
+    body: CloneIn,
+    response: Response,
+    st: StateDep,
+    user: CurrentUser,
+    ctx: SubmitCtx,
+    idempotency_key: Annotated[str | None, Header()] = None,
+) -> JobRead:
+    """A new job from this one's submitted spec with ``overrides`` (dotted fields) and,
+    optionally, from one of its checkpoints; checked like any submit (422 names the field)."""
+    document = st.db.read(
+        lambda s: reproduce.clone_spec(
+            s,
+            principal=user,
+            job_id=job_id,
+            overrides=body.overrides,
+            from_checkpoint=body.from_checkpoint,
+        )
+    )
+    result = submit_job(
+        st.db,
+        principal=user,
+        raw=json.dumps(document).encode(),
+        content_type="application/json",
+        idempotency_key=idempotency_key,
+        ctx=ctx,
+    )
+    if result.created:
+        st.wake_scheduler()
+    response.status_code = 201 if result.created else 200
+    return result.job
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobRead, responses=_ERRORS)
