@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -35,6 +35,9 @@ from shunter.jobspec import (
 )
 from shunter.jobspec.rules import default_greater_is_better
 from trainer_core.parallel import ParallelConfig
+
+if TYPE_CHECKING:
+    from trainer_core.data import SharedData
 
 __all__ = [
     "DataConfig",
@@ -108,6 +111,9 @@ class TrainConfig:
     # may share one); None = ``<output_dir>/.cache/tokenized``. Not a JobSpec field: the
     # runner (CLI flag, Ray worker) chooses it.
     cache_dir: Path | None = None
+    # Object storage: the runner's data plane (``trainer_core.data.SharedData``): inputs read
+    # through the node's cache, tokenised datasets shared by every job through the store.
+    shared_data: SharedData | None = None
 
     @property
     def model(self) -> ModelSpec:
@@ -136,6 +142,7 @@ class TrainConfig:
         *,
         output_dir: str | Path | None = None,
         cache_dir: Path | None = None,
+        shared_data: SharedData | None = None,
     ) -> TrainConfig:
         """From a validated ``JobSpec``, or a mapping validated here with ``local_spec``
         (world size from ``WORLD_SIZE``, GPUs from CUDA). ``output_dir`` overrides
@@ -148,4 +155,4 @@ class TrainConfig:
             raise SpecError(
                 [FieldError("training.output_dir", "required to train outside the service")]
             )
-        return cls(spec=spec, output_dir=Path(out), cache_dir=cache_dir)
+        return cls(spec=spec, output_dir=Path(out), cache_dir=cache_dir, shared_data=shared_data)

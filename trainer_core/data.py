@@ -3,10 +3,12 @@
 Contract:
 - ``load_tokenized(source, cfg, task, tokenizer, cache_root)`` → a ``datasets.Dataset`` whose
   rows are model inputs (``input_ids``, ``attention_mask``, ... and ``labels`` where the task
-  has per-example labels). The result is saved under ``cache_root/<fingerprint>``; the
-  fingerprint covers the data (path + size + mtime, or hub id/config/split), the tokenizer
-  (its serialised vocabulary), the task, fields and ``max_length``, so a restart loads it
-  instead of re-tokenising and any change re-tokenises.
+  has per-example labels). The result is saved under ``cache_root/<fingerprint>``, or, on
+  object storage, once for the whole cluster in the store (``SharedData``); the fingerprint
+  covers the data's content (SHA-256 of the bytes, or hub id/config/split), the tokenizer
+  (its serialised vocabulary), the task, fields, ``max_length`` and packing, so a restart or
+  another job on the same bytes loads it instead of re-tokenising and any change
+  re-tokenises.
 - ``make_collator(task, tokenizer, seed)``: the task's collator (``trainer_core.tasks``):
   dynamic padding per batch; masked LM masking draws from a seeded generator whose state the
   checkpoint saves.
@@ -25,10 +27,12 @@ import hashlib
 import json
 import os
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import datasets
 import numpy as np
@@ -48,16 +52,50 @@ from trainer_core.tasks.causal_lm import CausalLMCollator
 __all__ = [
     "BatchOrder",
     "CausalLMCollator",  # re-exported from trainer_core.tasks.causal_lm
+    "SharedData",
+    "content_hash",
     "eval_batches",
+    "fingerprint",
     "load_tokenized",
     "make_collator",
     "row_lengths",
 ]
 
-_CACHE_VERSION = 1  # bump when tokenisation logic changes, so old caches are not reused
+_CACHE_VERSION = 2  # bump when tokenisation logic changes, so old caches are not reused
 
 
 # ---------------------------------------------------------------- loading + tokenising
+
+
+class SharedData(Protocol):
+    """The runner's data plane, when the cluster shares no disk (object storage:
+    ``worker.inputs.NodeInputs``): inputs read through the node's cache, and tokenised datasets
+    shared by every job through the store (``<storage>/.cache/tokenized/<key>/``)."""
+
+    def content_id(self, path: str) -> str | None:
+        """The content hash of the local input ``path`` when the runner knows it without
+        reading the file (a stored object's manifest); ``None``: hash the bytes."""
+        ...
+
+    def materialize(self, path: str) -> None:
+        """Make sure the input at ``path`` is on this node (fetched only when it must be
+        read: a job whose tokenised data is in the store never fetches the raw file)."""
+        ...
+
+    def fetch_tokenized(self, key: str) -> Path | None:
+        """The local directory of tokenised dataset ``key`` (``save_to_disk`` files),
+        fetched through the node's cache, or ``None`` when the store does not hold it."""
+        ...
+
+    def claim_tokenized(self, key: str) -> AbstractContextManager[bool]:
+        """Inside: ``True`` when this process alone builds ``key`` (the claim held until
+        the block ends), ``False`` when another holds a live claim on it."""
+        ...
+
+    def publish_tokenized(self, key: str, directory: Path) -> Path:
+        """Store the built dataset ``directory`` as ``key`` (files first, manifest last);
+        returns its local directory in the node's cache (``directory`` is moved there)."""
+        ...
 
 
 def load_tokenized(
@@ -67,43 +105,99 @@ def load_tokenized(
     task: str,
     tokenizer: PreTrainedTokenizerBase,
     cache_root: Path,
+    shared: SharedData | None = None,
+    poll_s: float = 1.0,
 ) -> datasets.Dataset:
-    """Tokenised dataset for ``source``, from the on-disk cache when it is there.
+    """Tokenised dataset for ``source``, from a cache when one holds it.
 
-    Under torch.distributed, rank 0 tokenises and writes the cache while the other ranks wait
-    at a barrier, then they load what rank 0 wrote. No shared filesystem is assumed: on a
-    node that does not see rank 0's copy (``cache_root`` is node-local, as the staging of
-    object-storage jobs is), the node's local rank 0 tokenises its own while the others wait
-    at a second barrier (tokenising is deterministic: every copy is the same). The cache key
-    covers the data file (path, size, mtime), tokenizer and settings, so several jobs may
-    share one ``cache_root``; two writing the same entry at once both succeed, one wins.
+    The key (``fingerprint``) covers the data's content (its SHA-256, or the hub id, config
+    and split), the tokenizer (its serialised vocabulary), the task, fields, ``max_length``
+    and packing, so any job with the same key may reuse it and any change re-tokenises.
+
+    ``shared`` (object storage, no shared disk): the store holds one copy per key for the
+    whole cluster. Rank 0 fetches it, or, when absent, claims the key, tokenises and
+    publishes it (``_obtain``: a second job racing on the same key waits for the claim
+    holder's copy instead of building its own); after a barrier every rank fetches it through
+    its node's cache (one download per node, the others wait on its lock).
+
+    Without ``shared`` (a shared filesystem, torchrun): ``cache_root/<key>``. Under
+    torch.distributed, rank 0 tokenises and writes it while the other ranks wait at a
+    barrier, then they load what rank 0 wrote. On a node that does not see rank 0's copy
+    (``cache_root`` node-local), the node's local rank 0 tokenises its own while the others
+    wait at a second barrier (tokenising is deterministic: every copy is the same). Two jobs
+    writing the same entry at once both succeed, one wins.
     """
-    key = _fingerprint(source, cfg, task, tokenizer)
+    key = fingerprint(source, cfg, task, tokenizer, shared=shared, cache_root=cache_root)
     cache_dir = cache_root / key
 
-    def build() -> None:
+    def build(into: Path) -> Path:
+        if shared is not None and source.path is not None:
+            shared.materialize(source.path)
         raw = _load_raw(source, _required_fields(cfg, task))
         tokenized = _tokenize(raw, cfg, task, tokenizer, key)
-        tmp = cache_dir.with_name(f"{cache_dir.name}.tmp-{uuid.uuid4().hex}")
+        tmp = into.with_name(f"{into.name}.tmp-{uuid.uuid4().hex}")
         tokenized.save_to_disk(str(tmp))
-        _publish(tmp, cache_dir)
+        return tmp
+
+    distributed = dist.is_available() and dist.is_initialized()
+    if shared is not None:
+        if not distributed:
+            return datasets.load_from_disk(str(_obtain(shared, key, build, cache_dir, poll_s)))
+        if dist.get_rank() == 0:
+            _obtain(shared, key, build, cache_dir, poll_s)
+        dist.barrier()  # the store holds it
+        found = shared.fetch_tokenized(key)
+        if found is None:
+            raise RuntimeError(f"tokenised dataset {key} missing from the store after rank 0")
+        return datasets.load_from_disk(str(found))
 
     def missing() -> bool:
         return not (cache_dir / "dataset_info.json").exists()
 
-    if not (dist.is_available() and dist.is_initialized()):
+    def build_here() -> None:
+        _publish(build(cache_dir), cache_dir)
+
+    if not distributed:
         if missing():
-            build()
+            build_here()
         return datasets.load_from_disk(str(cache_dir))
     if dist.get_rank() == 0 and missing():
-        build()
+        build_here()
     dist.barrier()  # rank 0's copy is published
     if missing() and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        build()  # this node cannot see rank 0's disk: its own copy
+        build_here()  # this node cannot see rank 0's disk: its own copy
     dist.barrier()
     if missing():
         raise RuntimeError(f"tokenisation cache {cache_dir} missing after this node wrote it")
     return datasets.load_from_disk(str(cache_dir))
+
+
+def _obtain(
+    shared: SharedData,
+    key: str,
+    build: Callable[[Path], Path],
+    into: Path,
+    poll_s: float,
+) -> Path:
+    """The tokenised dataset ``key`` on this node: from the store, or built here and published
+    when this process wins the claim; while another holds it, wait for its copy (a claim
+    whose holder died lapses, and the next waiter takes it over)."""
+    while True:
+        found = shared.fetch_tokenized(key)
+        if found is not None:
+            return found
+        with shared.claim_tokenized(key) as mine:
+            if mine:
+                found = shared.fetch_tokenized(key)  # published between our look and our claim
+                if found is not None:
+                    return found
+                into.parent.mkdir(parents=True, exist_ok=True)
+                built = build(into)
+                try:
+                    return shared.publish_tokenized(key, built)
+                finally:
+                    shutil.rmtree(built, ignore_errors=True)
+        time.sleep(poll_s)
 
 
 def _publish(tmp: Path, final: Path) -> None:
@@ -149,23 +243,32 @@ def _tokenize(
         text = cfg.text_field
         require_columns(raw.column_names, text_field=text)
         raw = raw.filter(
-            lambda row: bool(row[text] and str(row[text]).strip()), new_fingerprint=f"{key}-f"
+            lambda row: bool(row[text] and str(row[text]).strip()), new_fingerprint=f"{key[:40]}-f"
         )
     return raw.map(
         lambda rows: ops.encode(rows, cfg, tok),
         batched=True,
         remove_columns=raw.column_names,
         desc="tokenising",
-        new_fingerprint=f"{key}-t",
+        new_fingerprint=f"{key[:40]}-t",
     )
 
 
-def _fingerprint(
-    source: DataSource, cfg: DataConfig, task: str, tok: PreTrainedTokenizerBase
+def fingerprint(
+    source: DataSource,
+    cfg: DataConfig,
+    task: str,
+    tok: PreTrainedTokenizerBase,
+    *,
+    shared: SharedData | None = None,
+    cache_root: Path | None = None,
 ) -> str:
+    """The tokenised dataset's key: SHA-256 over the data's content hash (``shared``'s when it
+    knows it, else the bytes', remembered per file under ``cache_root``), the tokenizer, the
+    task, its fields, ``max_length``, packing and ``_CACHE_VERSION``."""
     if source.path is not None:
-        st = Path(source.path).stat()
-        data_id: Any = [str(Path(source.path).resolve()), st.st_size, st.st_mtime_ns]
+        known = shared.content_id(source.path) if shared is not None else None
+        data_id: Any = ["sha256", known or content_hash(Path(source.path), cache_root)]
     else:
         data_id = [source.hub, source.config, source.split]
     backend = getattr(tok, "backend_tokenizer", None)
@@ -196,7 +299,37 @@ def _fingerprint(
         ],
         default=str,
     )
-    return hashlib.sha256(key.encode()).hexdigest()[:24]
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def content_hash(path: Path, memo_root: Path | None = None) -> str:
+    """SHA-256 of a file's bytes (a folder: of its files' relative names and hashes, sorted).
+    With ``memo_root``, remembered per file version (path, size, mtime, inode) so a node
+    hashes a file once, not at every job."""
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file())
+        rows = [[p.relative_to(path).as_posix(), content_hash(p, memo_root)] for p in files]
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+    st = path.stat()
+    version = json.dumps([str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])
+    memo = None
+    if memo_root is not None:
+        memo = memo_root / ".content" / hashlib.sha256(version.encode()).hexdigest()
+        try:
+            return memo.read_text().strip()
+        except FileNotFoundError:
+            pass
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    out = digest.hexdigest()
+    if memo is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f"{memo.name}.{uuid.uuid4().hex}")
+        tmp.write_text(out)
+        tmp.replace(memo)
+    return out
 
 
 # ---------------------------------------------------------------- collators

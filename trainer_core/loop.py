@@ -222,13 +222,14 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
     tokenizer = build_tokenizer(cfg.model)
     model = build_model(cfg.model, tokenizer, seed=tc.seed)
     cache = cfg.tokenized_cache
+    shared = cfg.shared_data  # object storage: tokenised once per cluster, in the store
     train_ds = load_tokenized(
-        cfg.data.train, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache
+        cfg.data.train, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache, shared=shared
     )
     eval_ds = None
     if cfg.data.eval is not None:
         eval_ds = load_tokenized(
-            cfg.data.eval, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache
+            cfg.data.eval, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache, shared=shared
         )
     collate = make_collator(
         task, tokenizer, seed=tc.seed + dist_info.rank, model_config=getattr(model, "config", None)

@@ -7,7 +7,9 @@ is usually an instance of the original type too and keeps it as ``cause``. We un
 those, then classify each innermost cause by WHERE it arose, not by its type (a ``KeyError``
 in our training loop is our bug; the same ``KeyError`` while reading the user's data is theirs):
 
-0. ``diverged``: the loop's divergence guard gave up (``trainer_core.health.Diverged``).
+0. ``diverged``: the loop's divergence guard gave up (``trainer_core.health.Diverged``);
+   ``data_corrupt``: a stored object (dataset, model, tokenised data) does not verify against
+   its manifest or listing (``worker.object_cache.DataCorrupt``; the message names it).
 1. ``oom`` by nature: torch's ``OutOfMemoryError`` / "CUDA out of memory" / ``MemoryError`` /
    Ray's memory monitor killing a worker.
 2. Errors our code raises on purpose to blame the inputs (``SpecError``, ``DataFileError``,
@@ -34,6 +36,7 @@ _MAX_MESSAGE = 2000
 
 USER, INFRA, INTERNAL = "user_error", "infra_lost", "internal"
 DIVERGED = "diverged"  # trainer_core.health.Diverged: the divergence guard gave up
+DATA_CORRUPT = "data_corrupt"  # worker.object_cache.DataCorrupt: a stored object is corrupt
 
 _OOM_NAMES = frozenset({"OutOfMemoryError", "MemoryError"})
 _OOM_TEXT = ("out of memory", "cuda oom", "cannot allocate memory", "defaultcpuallocator")
@@ -162,6 +165,8 @@ def _one(exc: BaseException) -> ErrorInfo:
     msg = f"{type(exc).__name__}: {text}"[:_MAX_MESSAGE]
     if "Diverged" in names:  # by name: this module imports no trainer_core (torch)
         return ErrorInfo(type=DIVERGED, message=msg)
+    if "DataCorrupt" in names:  # by name too: raised in a worker, it may come back wrapped
+        return ErrorInfo(type=DATA_CORRUPT, message=msg)
     if names & _OOM_NAMES or any(t in text.lower() for t in _OOM_TEXT):
         return ErrorInfo(type="oom", message=msg)
     if isinstance(exc, _PATH_ERRORS):
@@ -180,7 +185,7 @@ def _one(exc: BaseException) -> ErrorInfo:
 
 # When ranks fail differently, the most specific cause wins (a rank's real OOM or bad path
 # explains the others, which usually die of a broken collective).
-_RANK = {DIVERGED: 0, "oom": 0, USER: 1, INTERNAL: 2, INFRA: 3}
+_RANK = {DIVERGED: 0, "oom": 0, DATA_CORRUPT: 1, USER: 1, INTERNAL: 2, INFRA: 3}
 
 
 def classify(exc: BaseException) -> ErrorInfo:

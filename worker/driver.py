@@ -174,6 +174,8 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
         # One tokenised-data cache for every job on this storage (keyed by data, tokenizer
         # and settings): a second job on the same data skips tokenising.
         "cache_dir": str(output_dir.parent / ".cache" / "tokenized"),
+        # Stored datasets and models the spec names, resolved at submit (worker.inputs).
+        "inputs": payload.get("inputs") or {},
     }
     storage_kw: dict[str, Any] = {"name": output_dir.name, "storage_path": str(output_dir.parent)}
     if storage.is_remote(output_uri):

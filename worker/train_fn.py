@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from worker.inputs import NodeInputs
     from worker.ray_side import RaySide, WorkerContext
 
 __all__ = ["RESULT_FILE", "run_training", "train_loop_per_worker", "warm_main"]
@@ -53,7 +54,8 @@ SPOOL_NAME = "metrics-spool.jsonl"  # worker.ray_reporter: points a checkpoint r
 
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """What Ray Train runs in each worker. ``config``: ``{"spec": JobSpec dict, "output_dir":
-    str, "resume_from": str | None, "total_steps": int | None, "cache_dir": str | None}``.
+    str, "resume_from": str | None, "total_steps": int | None, "cache_dir": str | None,
+    "inputs": the job's stored datasets and models, resolved at submit (``worker.inputs``)}``.
 
     Trains in a warm process forked for this worker (``worker.warm``), answering its Ray
     calls here, or, when warm processes are off or unavailable, in this process."""
@@ -136,10 +138,14 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
     spec_doc, resume_from = config["spec"], config.get("resume_from")
     if storage_uri:
         spec_doc, resume_from = _localized(config, ray, local_rank=local_rank)
+    node = _node_inputs(storage_uri, config.get("inputs"))
+    if node is not None:  # stored datasets and models: through this node's cache
+        spec_doc = _inputs_localized(spec_doc, config.get("inputs"), node)
     cfg = TrainConfig.from_spec(
         JobSpec.model_validate(spec_doc),  # validated at submit; typed from here on
         output_dir=config["output_dir"],
         cache_dir=Path(cache_dir) if cache_dir else None,
+        shared_data=node,
     )
     reporter = RayReporter(
         rank=rank,
@@ -160,6 +166,8 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
         result = train(cfg, reporter)
     finally:
         reporter.close()
+        if node is not None:
+            node.cache.close()  # unpin this job's objects: evictable from now on
     if storage_uri:
         _publish(
             result,
@@ -185,6 +193,32 @@ def _report_worker(api: Any, ctx: WorkerContext) -> None:
         api.worker(rank=ctx.rank, pid=os.getpid(), node_id=ctx.node_id, node_ip=ctx.node_ip)
     except Exception as e:  # the API unreachable or fenced: training goes on
         logging.getLogger(__name__).warning("rank %d could not report its process: %s", ctx.rank, e)
+
+
+def _node_inputs(storage_uri: str | None, inputs: dict[str, Any] | None) -> NodeInputs | None:
+    """This rank's view of the job's stored inputs and of the store's tokenised datasets
+    (``worker.inputs``): on object storage, or whenever the job names stored objects."""
+    if not storage_uri and not inputs:
+        return None
+    import posixpath
+
+    from worker.inputs import NodeInputs, tokenized_root
+    from worker.object_cache import default_cache
+
+    root = posixpath.dirname(storage_uri.rstrip("/")) if storage_uri else None
+    return NodeInputs(default_cache(), tokenized=tokenized_root(root) if root else None)
+
+
+def _inputs_localized(
+    spec: dict[str, Any], inputs: dict[str, Any] | None, node: NodeInputs
+) -> dict[str, Any]:
+    from worker.inputs import localize
+
+    try:
+        return localize(spec, inputs, node)
+    except BaseException:
+        node.cache.close()
+        raise
 
 
 def _localized(

@@ -145,12 +145,13 @@ def test_a_racing_writer_keeps_the_published_cache(tmp_path: Path, tok) -> None:
     path.write_text("text,label\ngood movie,1\nbad movie,0\n")
     source = DataSource(path=str(path))
     first = _load(tmp_path, source, "sequence-classification", tok)
-    (entry,) = [p for p in (tmp_path / "cache").iterdir()]
+    (entry,) = [p for p in (tmp_path / "cache").iterdir() if not p.name.startswith(".")]
     loser = entry.with_name(entry.name + ".tmp-other")
     first.save_to_disk(str(loser))
     data_mod._publish(loser, entry)
     assert not loser.exists()
-    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [entry.name]
+    entries = (tmp_path / "cache").iterdir()
+    assert sorted(p.name for p in entries if not p.name.startswith(".")) == [entry.name]
     assert _load(tmp_path, source, "sequence-classification", tok)["labels"] == [1, 0]
 
 
