@@ -202,8 +202,14 @@ class MetricsPage(_Out):
     next_cursor: str | None
 
 
+def checkpoint_id(step: int, attempt: int) -> str:
+    """A checkpoint's id in the list: the name its download route takes (``step-N@A``)."""
+    return f"step-{step}@{attempt}"
+
+
 class CheckpointRead(_Out):
-    id: int
+    # "step-<step>@<attempt>": GET /v1/jobs/{id}/checkpoints/{this id}/download sends it
+    id: str
     attempt: int
     step: int
     uri: str
@@ -211,6 +217,15 @@ class CheckpointRead(_Out):
     metrics: dict[str, Any]
     created_at: Utc
     verified: bool
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        """From a ``checkpoints`` row: its id is the name, not the row's key."""
+        if isinstance(data, dict):
+            return data
+        fields = {name: getattr(data, name) for name in cls.model_fields if name != "id"}
+        return {**fields, "id": checkpoint_id(data.step, data.attempt)}
 
 
 class CheckpointsPage(_Out):

@@ -80,22 +80,23 @@ class ExportConfig:
 
 
 def step_checkpoint(
-    session: Session, *, principal: Principal, job_id: str, step: int
+    session: Session, *, principal: Principal, job_id: str, step: int, attempt: int | None = None
 ) -> CheckpointSource:
-    """The newest verified checkpoint of ``step`` (a re-saved step: the latest attempt's);
-    ``Conflict`` naming the steps there are when there is none."""
+    """The newest verified checkpoint of ``step`` (a re-saved step: the latest attempt's), or
+    that ``attempt``'s; ``Conflict`` naming the steps there are when there is none."""
     job = visible_job(session, principal=principal, job_id=job_id)
     rows = session.execute(
-        select(Checkpoint.step, Checkpoint.uri)
+        select(Checkpoint.step, Checkpoint.attempt, Checkpoint.uri)
         .where(Checkpoint.job_id == job.id, Checkpoint.verified.is_(True))
         .order_by(Checkpoint.id.desc())
     ).all()
-    for row_step, uri in rows:
-        if row_step == step:
+    for row_step, row_attempt, uri in rows:
+        if row_step == step and attempt in (None, row_attempt):
             return CheckpointSource(job_id=job.id, step=step, uri=uri, spec=job.spec)
-    steps = sorted({s for s, _ in rows})
+    steps = sorted({s for s, _, _ in rows})
+    which = f"step {step}" if attempt is None else f"step {step} of attempt {attempt}"
     raise Conflict(
-        f"job {job_id} has no verified checkpoint at step {step}; verified steps: {steps}"
+        f"job {job_id} has no verified checkpoint at {which}; verified steps: {steps}"
         " (or download 'final' / 'best')"
     )
 

@@ -14,6 +14,7 @@ bucket the same way.
 
 from __future__ import annotations
 
+import re
 import tarfile
 import time
 from collections.abc import Iterator
@@ -31,19 +32,25 @@ from service.jobs.queries import visible_job
 __all__ = ["model_dir", "resolve_download", "tar_stream"]
 
 _CHUNK = 1024 * 1024
+# A checkpoint by the id the list gives (``step-N@A``: that attempt's), or by step
+# (``step-N`` or ``N``: the newest verified one of that step).
+_CHECKPOINT = re.compile(r"^(?:step-)?(\d{1,19})(?:@(\d{1,9}))?$")
 _BLOCK = 512
 
 
 def resolve_download(
     db: Database, *, principal: Principal, job_id: str, which: str, export: ExportConfig
 ) -> Path | str:
-    """The model directory to send for ``which``: ``final``, ``best``, or a step number (a
-    verified step checkpoint, consolidated on first use: this blocks, so call it off the
-    event loop). A path, or an ``s3://`` URI on object storage."""
-    if which.isdigit():
-        step = int(which)
+    """The model directory to send for ``which``: ``final``, ``best``, a checkpoint's id
+    (``step-N@A``) or its step (``N``, ``step-N``): a verified step checkpoint, consolidated
+    on first use (this blocks, so call it off the event loop). A path, or an ``s3://`` URI
+    on object storage."""
+    if (named := _CHECKPOINT.match(which)) is not None:
+        step, attempt = int(named[1]), None if named[2] is None else int(named[2])
         source = db.read(
-            lambda s: step_checkpoint(s, principal=principal, job_id=job_id, step=step)
+            lambda s: step_checkpoint(
+                s, principal=principal, job_id=job_id, step=step, attempt=attempt
+            )
         )
         return cached_model(source, export)
     return db.read(lambda s: model_dir(s, principal=principal, job_id=job_id, which=which))
@@ -56,7 +63,8 @@ def model_dir(session: Session, *, principal: Principal, job_id: str, which: str
     if which not in ("final", "best"):
         raise Conflict(
             f"checkpoint {which!r}: download 'final', 'best' (a job run with "
-            "load_best_model_at_end: true), or the step number of a verified checkpoint"
+            "load_best_model_at_end: true), the step number of a verified checkpoint, or "
+            "the id the checkpoint list gives it (step-N@A)"
         )
     if which == "best" and not (job.spec.get("training") or {}).get("load_best_model_at_end"):
         raise Conflict(

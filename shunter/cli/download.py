@@ -27,8 +27,9 @@ def download(
         typer.Option(
             "--checkpoint",
             "-c",
-            help="final, best (load_best_model_at_end), or a step number N: that verified "
-            "checkpoint as a model (its first download waits while the server consolidates it)",
+            help="final, best (load_best_model_at_end), a checkpoint's id as `shunter "
+            "checkpoints` lists it (step-N@A), or a step number N: that verified checkpoint as "
+            "a model (its first download waits while the server consolidates it)",
         ),
     ] = "final",
     dest: Annotated[Path, typer.Option("--out", "-o", help="Folder to unpack into.")] = Path("."),

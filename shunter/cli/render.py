@@ -250,10 +250,11 @@ def metrics_table(points: Sequence[MetricPoint]) -> Table:
 
 def checkpoints_table(ckpts: Iterable[Checkpoint]) -> Table:
     table = Table(title="Checkpoints", title_justify="left")
-    for col in ("STEP", "VERIFIED", "BYTES", "CREATED", "URI"):
+    for col in ("ID", "STEP", "VERIFIED", "BYTES", "CREATED", "URI"):
         table.add_column(col)
-    for c in ckpts:
+    for c in ckpts:  # the id is what `shunter download --checkpoint` takes
         table.add_row(
+            str(c.id),
             str(c.step),
             "yes" if c.verified else "no",
             fmt_value(c.bytes),

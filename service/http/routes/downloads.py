@@ -1,4 +1,4 @@
-"""``GET /v1/jobs/{id}/checkpoints/{ckpt}/download``: the final, best or a step's model as a tar."""
+"""``GET /v1/jobs/{id}/checkpoints/{ckpt}/download``: the final, best or a checkpoint's model."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ router = APIRouter(prefix="/v1", tags=["jobs"])
     },
 )
 def download(job_id: str, ckpt: str, st: StateDep, user: CurrentUser) -> StreamingResponse:
-    """``ckpt``: ``final``, ``best`` (a job run with ``load_best_model_at_end``), or a step
-    number: that verified checkpoint as a model, consolidated on the first request (a sync
-    route: FastAPI runs it in its threadpool, so the wait blocks no event loop)."""
+    """``ckpt``: ``final``, ``best`` (a job run with ``load_best_model_at_end``), or a
+    checkpoint by the id the list gives (``step-N@A``) or by its step (``N``, ``step-N``:
+    the newest verified one): that checkpoint as a model, consolidated on the first request
+    (a sync route: FastAPI runs it in its threadpool, so the wait blocks no event loop)."""
     export = export_config(
         home=st.settings.home,
         python=st.settings.export_python,
