@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from service.policy.capacity import EPS, FreeBuckets, NodeFree, pack
 from service.policy.plan import Plan, PolicyConfig, bound_end, plan
-from service.policy.snapshot import QueueEntry, Snapshot, TeamQuota, TeamUsage
+from service.policy.snapshot import ActiveJob, QueueEntry, Snapshot, TeamQuota, TeamUsage
 
-__all__ = ["estimate_starts", "running_end"]
+__all__ = ["EtaModel", "RuntimeModel", "estimate_ranges", "estimate_starts", "running_end"]
 
 
 def running_end(
@@ -213,3 +215,340 @@ def _over_quota(e: QueueEntry, usage: TeamUsage, quota: TeamQuota | None) -> boo
         or (quota.max_gpus is not None and usage.gpus + e.gpus > quota.max_gpus)
         or (quota.max_cpus is not None and usage.cpus + e.cpus > quota.max_cpus)
     )
+
+
+# -- honest ETAs (issue 30): expected run times, backfill, a p90 ------------------------------
+
+_MIN_SAMPLES = 8  # finished jobs a team needs before its own history is used (else pooled)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RuntimeModel:
+    """How long jobs really run, learned online from finished jobs: per team, run time ÷
+    max_runtime of its recently finished jobs (``fractions``), and the run times of those
+    finished without a limit (``durations``, seconds). A team with fewer than
+    ``_MIN_SAMPLES`` uses every team's pooled; with no history at all a job is expected to
+    run to its limit (the old, late bound) and a job without one for ``default_s``."""
+
+    fractions: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    durations: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    default_s: float | None = None
+
+    def _pick(self, team: str, by: Mapping[str, Sequence[float]]) -> Sequence[float]:
+        own = by.get(team, ())
+        if len(own) >= _MIN_SAMPLES:
+            return own
+        return [x for xs in by.values() for x in xs]
+
+    def fraction(self, team: str, q: float | None) -> float:
+        """The mean (``q`` None: what a sum of many jobs runs) or the ``q`` quantile of the
+        team's run time ÷ limit; 1.0 without history."""
+        xs = self._pick(team, self.fractions)
+        if not xs:
+            return 1.0
+        v = sum(xs) / len(xs) if q is None else _quantile(xs, q)
+        return min(max(v, 0.0), 1.0)
+
+    def duration(self, team: str, q: float | None) -> float | None:
+        xs = self._pick(team, self.durations)
+        if not xs:
+            return self.default_s
+        return sum(xs) / len(xs) if q is None else _quantile(xs, q)
+
+
+def _quantile(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
+
+
+@dataclass(frozen=True, kw_only=True)
+class EtaModel:
+    """The two runs behind a range: ``p50`` with the mean fractions, ``p90`` with the
+    ``p90_q`` quantile of them (every job ahead running that long: late, and the run time of
+    the few jobs just ahead is what a start near the head depends on)."""
+
+    runtime: RuntimeModel = field(default_factory=RuntimeModel)
+    p90_q: float = 0.75
+
+
+def estimate_ranges(
+    snap: Snapshot,
+    cfg: PolicyConfig | None = None,
+    *,
+    plan_now: Plan | None = None,
+    model: EtaModel | None = None,
+    want: Collection[str] | None = None,
+) -> dict[str, tuple[datetime, datetime]]:
+    """Job id -> (estimated start, p90 start) for the queued jobs that get one.
+
+    One forward run per bound over the plan's order, work-conserving as the policy is: at
+    each expected end the earliest job in order that fits starts (EASY backfill and
+    borrowing fill capacity the head cannot use), and the first job in order that does not
+    fit holds a reservation on the nodes that free up soonest for it (nothing else starts
+    there until it does). Jobs end at their expected end, not their bound: a running job's
+    step rate when known, else its limit x the team's run time ÷ limit (``RuntimeModel``);
+    a queued job likewise once started. The p90 run holds every job to the ``p90_q``
+    quantile of those fractions."""
+    p = plan_now if plan_now is not None else plan(snap, cfg)
+    m = model or EtaModel()
+    queue = p.in_order()
+    if want is not None:
+        now: dict[str, tuple[datetime, datetime]] = {}
+        for d in p.decisions:
+            if not d.start_now:
+                break
+            now[d.entry.job_id] = (snap.now, snap.now)
+        if all(i in now for i in want):
+            return {i: now[i] for i in want}
+    mid = _Backfill(snap, m.runtime, None).run(queue, want=want)
+    late = _Backfill(snap, m.runtime, m.p90_q).run(queue, want=want)
+    return {i: (t, max(t, late.get(i, t))) for i, t in mid.items()}
+
+
+class _Backfill:
+    """The forward run of ``estimate_ranges``: per node free capacity and the ends of the
+    jobs on it; waiting jobs in per-(team, shape) lines in policy order (a line's head is
+    the only one of it that can start: the same shape behind the same head), so each event
+    costs O(lines), not O(queue)."""
+
+    def __init__(self, snap: Snapshot, runtime: RuntimeModel, q: float | None) -> None:
+        self.snap, self.runtime, self.q = snap, runtime, q
+        self.now = snap.now
+        self.ends: list[tuple[datetime, int, list[int], QueueEntry]] = []
+        self.seq = itertools.count()
+        self.usage: dict[str, TeamUsage] = {}
+        self.quotas = any(
+            t.quota is not None
+            and (
+                t.quota.max_gpus is not None
+                or t.quota.max_cpus is not None
+                or t.quota.max_running_jobs is not None
+            )
+            for t in snap.teams.values()
+        )
+        packed, placements = snap.active_packing or pack(
+            snap.totals, [a.entry for a in snap.active]
+        )
+        ours = {n.node_id: n for n in packed}
+        nodes = [
+            NodeFree(
+                node_id=n.node_id,
+                cpus=min(n.cpus, ours[n.node_id].cpus) if n.node_id in ours else n.cpus,
+                gpus=min(n.gpus, ours[n.node_id].gpus) if n.node_id in ours else n.gpus,
+            )
+            for n in snap.free
+        ]
+        self.free = FreeBuckets(nodes)
+        self.index = {nid: i for i, nid in enumerate(self.free.ids)}
+        # True free per node (the buckets show a reserved node as empty).
+        self.cpus = list(self.free.cpus)
+        self.gpus = list(self.free.gpus)
+        self.on_node: list[list[tuple[datetime, int, float, float]]] = [[] for _ in nodes]
+        soon = snap.now + timedelta(seconds=1)
+        for a, placement in zip(snap.active, placements, strict=True):
+            self._charge(a.entry, 1)
+            if placement is None:
+                continue
+            end = self._running_end(a)
+            if end is None:
+                continue  # holds its nodes for ever
+            end = max(end, soon)
+            self._push(end, [self.index[n] for n in placement if n in self.index], a.entry)
+        self.reserved: dict[int, tuple[float, float]] = {}  # node -> (cpus, gpus) held
+
+    def _running_end(self, a: ActiveJob) -> datetime | None:
+        e, end = a.entry, a.expected_end_at
+        if e.max_runtime_s is None:
+            if end is not None:
+                return end
+            d = self.runtime.duration(e.team, self.q)
+            return None if d is None else max(a.started_at + timedelta(seconds=d), self.now)
+        bound = a.started_at + timedelta(seconds=max(e.max_runtime_s - e.run_s, 0.0))
+        if end is not None and abs((end - bound).total_seconds()) > 1.0:
+            return end  # from its step rate
+        held = e.max_runtime_s * self.runtime.fraction(e.team, self.q)
+        return max(min(a.started_at + timedelta(seconds=held), bound), self.now)
+
+    def _expected_s(self, e: QueueEntry) -> float | None:
+        """How long ``e``'s next attempt holds its capacity: the team's attempts' (to their
+        end or preemption) fraction of the limit, bounded by what is left of it."""
+        if e.max_runtime_s is None:
+            return self.runtime.duration(e.team, self.q)
+        left = max(e.max_runtime_s - e.run_s, 0.0)
+        return min(e.max_runtime_s * self.runtime.fraction(e.team, self.q), left)
+
+    def _push(self, end: datetime, nodes: list[int], e: QueueEntry) -> None:
+        t = next(self.seq)
+        heapq.heappush(self.ends, (end, t, nodes, e))
+        for i in dict.fromkeys(nodes):
+            n = nodes.count(i)
+            self.on_node[i].append((end, t, n * e.cpus_per_worker, n * e.gpus_per_worker))
+
+    def _set(self, i: int) -> None:
+        """Show node ``i``'s free capacity, less what the reservation on it needs: others
+        may use the rest, which does not delay the reserved start."""
+        need = self.reserved.get(i)
+        if need is None:
+            self.free.set(i, cpus=self.cpus[i], gpus=self.gpus[i])
+        else:
+            self.free.set(
+                i, cpus=max(self.cpus[i] - need[0], 0.0), gpus=max(self.gpus[i] - need[1], 0.0)
+            )
+
+    def _give(self, nodes: list[int], e: QueueEntry, sign: int) -> None:
+        for i in dict.fromkeys(nodes):
+            n = nodes.count(i)
+            self.cpus[i] += sign * n * e.cpus_per_worker
+            self.gpus[i] += sign * n * e.gpus_per_worker
+            self._set(i)
+
+    def _charge(self, e: QueueEntry, sign: int) -> None:
+        if not self.quotas:
+            return
+        u = self.usage.get(e.team, TeamUsage())
+        self.usage[e.team] = TeamUsage(
+            running_jobs=u.running_jobs + sign,
+            cpus=u.cpus + sign * e.cpus,
+            gpus=u.gpus + sign * e.gpus,
+        )
+
+    def _start(self, e: QueueEntry, nodes: list[int]) -> None:
+        self._give(nodes, e, -1)
+        self._charge(e, 1)
+        d = self._expected_s(e)
+        if d is not None:
+            self._push(self.now + timedelta(seconds=d), nodes, e)
+
+    def _release(self) -> bool:
+        if not self.ends:
+            return False
+        end, t, nodes, e = heapq.heappop(self.ends)
+        self.now = max(self.now, end)
+        for i in dict.fromkeys(nodes):
+            self.on_node[i] = [x for x in self.on_node[i] if x[1] != t]
+        self._give(nodes, e, 1)
+        self._charge(e, -1)
+        return True
+
+    def _reserve(self, e: QueueEntry) -> list[int] | None:
+        """The nodes that free up soonest for one worker each of ``e`` (a worker per node:
+        a gang of whole-node workers exactly, smaller ones late at worst), held for it
+        until ``e`` starts (others may use what it does not need); None if too few nodes
+        could ever hold a worker."""
+        times: list[tuple[datetime, int]] = []
+        for i in range(len(self.cpus)):
+            c, g = self.cpus[i], self.gpus[i]
+            at = self.now
+            if not (c + EPS >= e.cpus_per_worker and g + EPS >= e.gpus_per_worker):
+                ok = False
+                for end, _, jc, jg in sorted(self.on_node[i]):
+                    c, g, at = c + jc, g + jg, end
+                    if c + EPS >= e.cpus_per_worker and g + EPS >= e.gpus_per_worker:
+                        ok = True
+                        break
+                if not ok:
+                    continue
+            times.append((at, i))
+        if len(times) < e.num_workers:
+            return None
+        times.sort()
+        chosen = [i for _, i in times[: e.num_workers]]
+        for i in chosen:
+            self.reserved[i] = (e.cpus_per_worker, e.gpus_per_worker)
+            self._set(i)
+        return chosen
+
+    def _fits_reserved(self, e: QueueEntry, nodes: list[int]) -> bool:
+        return all(
+            self.cpus[i] + EPS >= e.cpus_per_worker and self.gpus[i] + EPS >= e.gpus_per_worker
+            for i in nodes
+        )
+
+    def run(
+        self, queue: Sequence[QueueEntry], *, want: Collection[str] | None
+    ) -> dict[str, datetime]:
+        out: dict[str, datetime] = {}
+        missing = set(want) if want is not None else None
+        if missing is not None and not missing:
+            return out
+        lines: dict[tuple[str, int, float, float], list[tuple[int, QueueEntry]]] = {}
+        for pos, e in enumerate(queue):
+            key = (
+                e.team if self.quotas else "",
+                e.num_workers,
+                e.cpus_per_worker,
+                e.gpus_per_worker,
+            )
+            lines.setdefault(key, []).append((pos, e))
+        heads = {k: 0 for k in lines}  # next waiting job of each line
+        teams = self.snap.teams
+        dead: set[tuple[str, int, float, float]] = set()  # lines that cannot start now
+        held: tuple[QueueEntry, list[int]] | None = None  # the reservation
+
+        def done(e: QueueEntry) -> bool:
+            out[e.job_id] = self.now
+            if missing is not None:
+                missing.discard(e.job_id)
+                return not missing
+            return False
+
+        while True:
+            if held is not None and self._fits_reserved(*held):
+                e, nodes = held
+                for i in nodes:
+                    del self.reserved[i]
+                    self._set(i)
+                held = None
+                dead.clear()  # what the reservation held back is free again
+                placed = self.free.place(e)
+                if placed is None:  # cannot happen: its nodes fit one worker each
+                    placed = nodes
+                self._start(e, placed)
+                if done(e):
+                    return out
+            while True:
+                best: tuple[int, QueueEntry, list[int], tuple[str, int, float, float]] | None = None
+                first: tuple[int, QueueEntry, tuple[str, int, float, float]] | None = None
+                for key, line in lines.items():
+                    h = heads[key]
+                    if h >= len(line):
+                        continue
+                    pos, e = line[h]
+                    if first is None or pos < first[0]:
+                        first = (pos, e, key)
+                    if key in dead or (best is not None and pos > best[0]):
+                        continue
+                    if self.quotas:
+                        quota = teams[e.team].quota if e.team in teams else None
+                        if _over_quota(e, self.usage.get(e.team, TeamUsage()), quota):
+                            dead.add(key)
+                            continue
+                    got = self.free.place(e)
+                    if got is not None:
+                        best = (pos, e, got, key)
+                    else:
+                        dead.add(key)  # until capacity grows: it only shrinks meanwhile
+                if best is not None:
+                    pos, e, got, key = best
+                    heads[key] += 1
+                    self._start(e, got)
+                    if done(e):
+                        return out
+                    continue
+                if first is not None and held is None:
+                    pos, e, key = first
+                    hold = self._reserve(e)
+                    if hold is not None:
+                        heads[key] += 1
+                        held = (e, hold)
+                        if self._fits_reserved(e, hold):
+                            break  # starts at once (the outer loop)
+                        continue
+                break
+            if held is not None and self._fits_reserved(*held):
+                continue
+            if all(heads[k] >= len(v) for k, v in lines.items()) and held is None:
+                return out
+            if not self._release():
+                return out
+            dead.clear()

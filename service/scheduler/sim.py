@@ -19,14 +19,14 @@ import bisect
 import heapq
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from service.policy.capacity import EPS, NodeFree, pack, place_gang, take
-from service.policy.eta import estimate_starts, running_end
+from service.policy.eta import EtaModel, RuntimeModel, estimate_ranges, running_end
 from service.policy.fairshare import (
     advance_owed,
     decay_step,
@@ -51,6 +51,7 @@ from service.scheduler.sim_report import Interval, summarize
 __all__ = ["SimConfig", "SimJob", "SimTeam", "simulate"]
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+_HISTORY = 200  # finished jobs per team the ETAs learn run times from
 _NO_PREEMPT = PreemptRules(by_priority=False, by_fair_share=False, by_reservation=False)
 
 
@@ -125,6 +126,7 @@ class _State:
     runs: list[list[float]] = field(default_factory=list)
     preemptions: int = 0
     estimate: float | None = None
+    estimate_p90: float | None = None
     finished: bool = False
     fits_ever: bool = True
     entry: QueueEntry | None = None  # the policy's view, kept until it changes (a stop)
@@ -190,6 +192,11 @@ class _Sim:
         self.finishes: list[tuple[float, str, float]] = []  # heap: (end, job, attempt start)
         self.no_eta: set[str] = set()  # queued jobs without an estimate yet
         self.eta_at = -math.inf  # the last ETA tick
+        # What the ETAs learn online from finished jobs (``policy.eta.RuntimeModel``): per
+        # team, run time / max_runtime of the last ``_HISTORY`` finished, and the run times
+        # of those without a limit.
+        self.fractions: dict[str, deque[float]] = {}
+        self.durations: dict[str, deque[float]] = {}
 
     # -- the policy's view ------------------------------------------------------------
     def _entry(self, st: _State) -> QueueEntry:
@@ -477,6 +484,14 @@ class _Sim:
         k = self.running.index(job_id)
         del self.running[k]
         self._unpack(k, st.job)
+        # What the ETAs learn: how long an attempt held its capacity (to its end or its
+        # preemption), / max_runtime.
+        limit, team = st.job.max_runtime_s, st.job.team
+        held_s = st.runs[-1][1] - st.runs[-1][0]
+        if limit:
+            self.fractions.setdefault(team, deque(maxlen=_HISTORY)).append(min(held_s / limit, 1.0))
+        else:
+            self.durations.setdefault(team, deque(maxlen=_HISTORY)).append(held_s)
         if finished:
             st.done, st.finished = st.job.duration_s, True
             self._count(st, held=-1, demand=-1)
@@ -596,10 +611,17 @@ class _Sim:
                 if depth is None
                 else [e.job_id for e in p.in_order()[:depth] if e.job_id in self.no_eta]
             )
-            etas = estimate_starts(snap, plan_now=p, want=want)
+            model = EtaModel(
+                runtime=RuntimeModel(
+                    fractions={t: tuple(v) for t, v in self.fractions.items()},
+                    durations={t: tuple(v) for t, v in self.durations.items()},
+                )
+            )
+            etas = estimate_ranges(snap, plan_now=p, model=model, want=want)
             for i in want:
                 if i in etas:
-                    self.state[i].estimate = _secs(etas[i])
+                    self.state[i].estimate = _secs(etas[i][0])
+                    self.state[i].estimate_p90 = _secs(etas[i][1])
                     self.no_eta.discard(i)
         if p.preemptions:
             for v in p.preemptions:
@@ -620,6 +642,7 @@ class _Sim:
                 "runs": st.runs,
                 "preemptions": st.preemptions,
                 "estimated_start_s": st.estimate,
+                "estimated_start_p90_s": st.estimate_p90,
             }
             for st in sorted(self.state.values(), key=lambda s: (s.job.submit_s, s.job.id))
         ]

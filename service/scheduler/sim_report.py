@@ -19,7 +19,9 @@ from typing import Any
 
 from service.policy.fairshare import max_min_fair
 
-__all__ = ["Interval", "jain", "percentile", "summarize"]
+__all__ = ["LONG_WAIT_S", "Interval", "eta_calibration", "jain", "percentile", "summarize"]
+
+LONG_WAIT_S = 600.0  # ETA calibration counts the jobs that waited at least this long
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -134,4 +136,36 @@ def summarize(
             "p90": _r(percentile(eta_err, 90)),
             "jobs": len(eta_err),
         },
+        "eta": eta_calibration(jobs),
+    }
+
+
+def eta_calibration(
+    jobs: Sequence[Mapping[str, Any]], *, min_wait_s: float = LONG_WAIT_S
+) -> dict[str, Any]:
+    """How right the first start estimates were, over the jobs that started after waiting at
+    least ``min_wait_s`` and got an estimate: the median and p90 of |actual - estimated| /
+    actual wait, and the coverage of the p90 range [submit, ``estimated_start_p90_s``]: the
+    fraction of those jobs that started inside it (a calibrated p90 covers ~90%)."""
+    rel: list[float] = []
+    covered = ranged = 0
+    for j in jobs:
+        est = j.get("estimated_start_s")
+        if not j["runs"] or est is None:
+            continue
+        start = j["runs"][0][0]
+        wait = start - j["submit_s"]
+        if wait < min_wait_s:
+            continue
+        rel.append(abs(start - est) / wait)
+        p90 = j.get("estimated_start_p90_s")
+        if p90 is not None:
+            ranged += 1
+            covered += start <= p90 + 1e-6
+    return {
+        "jobs": len(rel),
+        "min_wait_s": min_wait_s,
+        "median_rel_error": _r(percentile(rel, 50)),
+        "p90_rel_error": _r(percentile(rel, 90)),
+        "p90_coverage": _r(covered / ranged if ranged else None),
     }
