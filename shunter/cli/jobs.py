@@ -55,6 +55,7 @@ from shunter.cli.render import (
     plan_table,
     queue_table,
 )
+from shunter.cli.reproduce import clone, diff
 from shunter.cli.watch import Watcher
 from shunter.client import Client
 from shunter.client.models import DryRun, Job
@@ -323,7 +324,7 @@ def validate(
     from shunter.jobspec import SpecError, format_spec_errors
     from shunter.jobspec import validate as validate_spec
     from shunter.jobspec.plan import plan_for
-    from shunter.jobspec.spec_counts import local_counts
+    from shunter.jobspec.spec_counts import local_counts, local_memory_facts
 
     opts = merge_opts(url, token, json_)
     if server:
@@ -338,7 +339,12 @@ def validate(
         body = format_spec_errors(e.errors)
         fail_validation(opts, body["detail"], body["message"])
     params, trainable = local_counts(resolved)
-    plan = plan_for(resolved, param_count=params, trainable_count=trainable)
+    plan = plan_for(
+        resolved,
+        param_count=params,
+        trainable_count=trainable,
+        **local_memory_facts(resolved),
+    )
     if opts.json:
         print_json({"valid": True, "spec": resolved.model_dump(mode="json"), "plan": dump(plan)})
     else:
@@ -405,6 +411,8 @@ def register(app: typer.Typer) -> None:
     app.command("ray-status")(ray_status)
     app.command("stacks")(stacks)
     app.command("download")(download)
+    app.command("clone")(clone)
+    app.command("diff")(diff)
     app.command("cancel")(_action("cancel", lambda c, j: c.cancel(j)))
     app.command("resume")(_action("resume", lambda c, j: c.resume(j)))
     pause = _action("pause", lambda c, j: c.pause(j))

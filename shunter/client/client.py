@@ -250,6 +250,35 @@ class Client:
         """Start a failed, cancelled or paused job again from its newest verified checkpoint."""
         return Job.model_validate(self._json("POST", f"/v1/jobs/{job_id}/resume"))
 
+    def spec(self, job_id: str) -> dict[str, Any]:
+        """The spec the job was submitted with, every default written out: submitting it
+        again (:meth:`submit`) makes the same job."""
+        spec: dict[str, Any] = self._json("GET", f"/v1/jobs/{job_id}/spec")
+        return spec
+
+    def record(self, job_id: str) -> dict[str, Any] | None:
+        """What the job ran with: code and package versions, data and model fingerprints,
+        seed (None for a job stored before records were kept)."""
+        record: dict[str, Any] | None = self._json("GET", f"/v1/jobs/{job_id}/record")["record"]
+        return record
+
+    def clone(
+        self,
+        job_id: str,
+        *,
+        overrides: dict[str, Any] | None = None,
+        from_checkpoint: int | str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Job:
+        """A new job from ``job_id``'s submitted spec with ``overrides`` (``{"dotted.field":
+        value}``) and, with ``from_checkpoint`` (a step, ``latest`` or ``best``), starting from
+        that checkpoint's weights. Validated like a submit (422: ``ValidationError``)."""
+        body = {"overrides": overrides or {}, "from_checkpoint": from_checkpoint}
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        return Job.model_validate(
+            self._json("POST", f"/v1/jobs/{job_id}/clone", json=body, headers=headers)
+        )
+
     def pause(self, job_id: str) -> Job:
         """Checkpoint at the next step and hold the job (``paused``) until ``resume``. A queued
         job is paused at once; a running one stays ``running`` until it has checkpointed."""
