@@ -47,6 +47,7 @@ from service.http.routes import (
     jobs,
     jobspec,
     nodes,
+    objects,
     openai,
     ops,
     sweeps,
@@ -173,6 +174,7 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
         teams.router,
         internal.router,
         ops.router,
+        objects.router,
         openai.router,
         downloads.router,
         jobspec.router,
@@ -192,7 +194,11 @@ def create_app(settings: Settings | None = None, *, launcher: Launcher | None = 
     app.add_middleware(
         BodyLimitMiddleware,
         max_bytes=settings.max_body_bytes,
-        per_path={"/v1/files": settings.max_upload_bytes},
+        per_path={
+            "/v1/files": settings.max_upload_bytes,
+            "/v1/datasets": settings.max_object_bytes,
+            "/v1/models": settings.max_object_bytes,
+        },
     )
     app.add_middleware(
         RateLimitMiddleware,

@@ -482,6 +482,10 @@ class InternalSpec(_Out):
     # Ray node ids the straggler watch has cordoned now (service.jobs.straggler): the driver's
     # ScalingConfig label selector keeps this attempt's workers off them.
     avoid_nodes: list[str] = Field(default_factory=list)
+    # The team objects and bucket files the spec names, resolved at submit (jobs.inputs):
+    # {"ds-...": {uri, digest, kind, format, delimiter, file, files}, "mdl-...": {...},
+    #  "s3://...": {kind: "uri", ...}}; the driver localizes them through the node cache.
+    inputs: dict[str, Any] = Field(default_factory=dict)
 
 
 class HeartbeatIn(_In):

@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     # node (NFS, CephFS, a ReadWriteMany volume); or an S3-compatible bucket, s3://bucket/prefix
     # (credentials from the standard AWS_* environment, passed on to the Ray jobs).
     storage: str = ""
+    # Buckets a spec's data.*.uri / model.name_or_path may name as s3://bucket/... (comma-
+    # separated; read with the server's credentials, never the spec's). Empty: none, but the
+    # storage bucket's own objects are always reachable as ds-/mdl- ids.
+    data_buckets: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # The S3 endpoint of a self-hosted store (MinIO, Ceph RGW); AWS_ENDPOINT_URL works too.
     s3_endpoint_url: str = ""
     ray_address: str = ""  # empty = the launcher starts an embedded Ray head
@@ -44,6 +48,8 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     # POST /v1/files (fine-tuning JSONL uploads) may be larger than any other body.
     max_upload_bytes: int = Field(default=512 * 1024 * 1024, ge=1024)
+    # POST /v1/datasets and POST /v1/models (a base model's weights): one upload's bytes.
+    max_object_bytes: int = Field(default=200 * 1024**3, ge=1024)
     # JSON/YAML file of extra models for /v1/models (service.openai.catalog); None = built-ins.
     model_catalog: Path | None = None
     lease_seconds: float = Field(default=30.0, gt=0)
@@ -179,6 +185,9 @@ class Settings(BaseSettings):
         if isinstance(data, dict) and isinstance(data.get("webhook_retry_delays_s"), str):
             delays = [d.strip() for d in data["webhook_retry_delays_s"].split(",")]
             data = {**data, "webhook_retry_delays_s": [d for d in delays if d]}
+        if isinstance(data, dict) and isinstance(data.get("data_buckets"), str):
+            buckets = [b.strip() for b in data["data_buckets"].split(",")]
+            data = {**data, "data_buckets": [b for b in buckets if b]}
         if isinstance(data, dict) and isinstance(data.get("hub_allowed_orgs"), str):
             orgs = [o.strip() for o in data["hub_allowed_orgs"].split(",")]
             data = {**data, "hub_allowed_orgs": [o for o in orgs if o]}

@@ -583,8 +583,6 @@ class ObjectRef(Base):
     __tablename__ = "object_refs"
     __table_args__ = (Index("ix_object_refs_digest", "digest"),)
 
-    job_id: Mapped[str] = mapped_column(
-        ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
-    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     object_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     digest: Mapped[str] = mapped_column(String(64))

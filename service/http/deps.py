@@ -109,6 +109,7 @@ async def submit_context(st: StateDep, user: CurrentUser) -> SubmitContext:
         ecosystem=policy_from_settings(st.settings),
         allow_pickle_weights=st.settings.allow_pickle_weights,
         gpu_memory_bytes=st.settings.gpu_memory_bytes,
+        data_buckets=tuple(st.settings.data_buckets),
     )
 
 

@@ -26,6 +26,7 @@ from service.jobs.paths import (
 )
 from service.jobs.resources import resource_errors as resource_errors
 from shunter.jobspec import FieldError, JobSpec, SpecError, check, fill_defaults
+from shunter.jobspec.models import is_store_ref
 from shunter.jobspec.topology import model_type_from_name, tp_model_error
 
 __all__ = ["resource_errors", "validate_spec"]
@@ -83,6 +84,8 @@ def _resolve_paths(spec: JobSpec, roots: list[Path]) -> tuple[JobSpec, list[Fiel
     def resolve(loc: str, raw: str | None, *, model: bool) -> str | None:
         if raw is None:
             return None
+        if model and is_store_ref(raw):
+            return raw  # a team object or a bucket: resolved against the database at submit
         got = resolve_location(loc, raw, roots=roots, allow_hub=model, want_dir=model)
         if isinstance(got, FieldError):
             errors.append(got)

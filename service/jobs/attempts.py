@@ -83,6 +83,7 @@ def attempt_spec(
         resume_from=job.resume_from,
         runtime_used_s=_runtime_used(session, job_id=job_id, before=attempt),
         avoid_nodes=sorted(cordoned_nodes(session, now=utcnow_py())),
+        inputs=job.inputs or {},
     )
 
 

@@ -31,9 +31,11 @@ from service.db.models import (
     IdempotencyKey,
     Job,
     MetricPoint,
+    ObjectRef,
 )
 from service.errors import Conflict, NotFound
 from service.jobs.states import TERMINAL
+from service.objects.store import collect_garbage
 
 __all__ = ["DeleteResult", "delete_job", "job_storage_dir"]
 
@@ -60,7 +62,9 @@ def delete_job(
 ) -> DeleteResult:
     """Delete a terminal job's rows and storage; see the module docstring."""
     require_writer(principal)
-    db.write(lambda s: _delete_rows(s, principal=principal, job_id=job_id, actor=actor))
+    digests = db.write(lambda s: _delete_rows(s, principal=principal, job_id=job_id, actor=actor))
+    if digests:  # the team objects only this job still kept (removed with data rm)
+        collect_garbage(db, root=storage, digests=digests)
     if objstore.is_remote(storage):  # the job's prefix in the bucket (a job id has no '/')
         removed = "/" not in job_id and objstore.delete_tree(objstore.join(storage, job_id))
         return DeleteResult(job_id=job_id, storage_removed=removed)
@@ -72,7 +76,9 @@ def delete_job(
     return DeleteResult(job_id=job_id, storage_removed=removed)
 
 
-def _delete_rows(session: Session, *, principal: Principal, job_id: str, actor: str | None) -> None:
+def _delete_rows(
+    session: Session, *, principal: Principal, job_id: str, actor: str | None
+) -> list[str]:
     job = session.execute(
         select(Job).where(Job.id == job_id).with_for_update()
     ).scalar_one_or_none()
@@ -84,7 +90,17 @@ def _delete_rows(session: Session, *, principal: Principal, job_id: str, actor: 
             "can be deleted: cancel it first"
         )
     team, status = job.team, job.status
-    for model in (MetricPoint, Event, Checkpoint, Attempt, IdempotencyKey, FineTuningJob):
+    refs = select(ObjectRef.digest).where(ObjectRef.job_id == job_id)
+    digests = list(session.execute(refs).scalars())
+    for model in (
+        MetricPoint,
+        Event,
+        Checkpoint,
+        Attempt,
+        IdempotencyKey,
+        FineTuningJob,
+        ObjectRef,
+    ):
         session.execute(delete(model).where(model.job_id == job_id))
     session.execute(delete(Job).where(Job.id == job_id))
     session.add(
@@ -97,3 +113,4 @@ def _delete_rows(session: Session, *, principal: Principal, job_id: str, actor: 
             detail=f"status {status}",
         )
     )
+    return digests

@@ -28,6 +28,7 @@ from typing import Literal, Protocol
 from service.jobs.hang_rule import HangBounds, bound_errors
 from service.settings import Settings
 from shunter.jobspec import FieldError, JobSpec
+from shunter.jobspec.models import is_store_ref
 
 __all__ = [
     "EcosystemPolicy",
@@ -110,7 +111,7 @@ def hub_ids(spec: JobSpec) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     for loc in ("name_or_path", "tokenizer"):
         value = getattr(spec.model, loc)
-        if value is not None and not os.path.isabs(value):
+        if value is not None and not os.path.isabs(value) and not is_store_ref(value):
             out.append((f"model.{loc}", "model", value))
     for name, source in (("train", spec.data.train), ("eval", spec.data.eval)):
         if source is not None and source.hub is not None:

@@ -46,10 +46,12 @@ from service.jobs.plan_facts import plan_facts
 from service.jobs.read_model import first_queue_position, job_read
 from service.jobs.reproduce import submit_record, submitted_form
 from service.launch import ClusterResources
+from service.objects.store import record_refs, resolve_inputs
 from service.schemas import DryRunRead, JobRead
 from service.webhooks.endpoints import notify_errors
 from shunter.jobspec import JobSpec, SpecError, format_spec_errors
 from shunter.jobspec.errors import FieldError
+from shunter.jobspec.models import is_store_ref
 from shunter.jobspec.parse import BodyError, parse_body
 from shunter.jobspec.plan import plan_for
 from shunter.jobspec.vocab import PRIORITY_RANK
@@ -105,6 +107,8 @@ class SubmitContext:
     ecosystem: EcosystemPolicy | None = None
     allow_pickle_weights: bool = False
     gpu_memory_bytes: int | None = None
+    # Buckets a spec may name as s3://... beyond the storage's own (SHUNTER_DATA_BUCKETS).
+    data_buckets: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,6 +302,11 @@ def check_submission(
     resolved, _ = db.read(
         lambda s: _all_team_checks(s, principal=principal, resolved=spec.model_dump(mode="json"))
     )
+    db.read(
+        lambda s: job_inputs(
+            s, team=principal.team, resolved=resolved, storage=ctx.storage, buckets=ctx.data_buckets
+        )
+    )
     return Submission(document=document, spec=spec, resolved=resolved)
 
 
@@ -324,6 +333,7 @@ def _write(
     storage: str,
     key: str | None,
     digest: str,
+    buckets: tuple[str, ...] = (),
     provenance: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> SubmitResult:
     if key is not None:
@@ -351,12 +361,55 @@ def _write(
         submitted=submitted,
         record=record,
     )
+    attach_inputs(session, job=job, storage=storage, buckets=buckets)
     if budget_note is not None:
         session.add(Event(job_id=job.id, type="budget_exceeded", message=budget_note))
     if key is not None:
         session.add(IdempotencyKey(team=principal.team, key=key, body_sha256=digest, job_id=job.id))
     session.flush()
     return SubmitResult(job=job_read(job), created=True)
+
+
+def _names_objects(resolved: dict[str, Any]) -> bool:
+    data, model = resolved["data"], resolved["model"]
+    sources = [data["train"], data.get("eval") or {}]
+    refs = [model.get("name_or_path"), model.get("tokenizer")]
+    return any(s.get("dataset") or s.get("uri") for s in sources) or any(
+        is_store_ref(r) for r in refs
+    )
+
+
+def job_inputs(
+    session: Session,
+    *,
+    team: str,
+    resolved: dict[str, Any],
+    storage: str,
+    buckets: tuple[str, ...] = (),
+) -> dict[str, Any] | None:
+    """The team objects and bucket files a resolved spec names, as the job's ``inputs``
+    (``service.objects.store``); None when it names none; 422 naming each problem."""
+    if not _names_objects(resolved):
+        return None
+    spec = JobSpec.model_validate(resolved)
+    inputs, errors = resolve_inputs(session, team=team, spec=spec, root=storage, buckets=buckets)
+    if errors:
+        raise _spec_error(errors)
+    return inputs
+
+
+def attach_inputs(
+    session: Session, *, job: Job, storage: str, buckets: tuple[str, ...] = ()
+) -> None:
+    """Resolve what an inserted job's spec names into its ``inputs`` and keep those objects
+    for it (``object_refs``); 422 naming each problem (the caller's transaction rolls back,
+    so nothing is written)."""
+    job.inputs = job_inputs(
+        session, team=job.team, resolved=job.spec, storage=storage, buckets=buckets
+    )
+    if job.inputs:
+        record_refs(session, job_id=job.id, inputs=job.inputs)
+        session.flush()
 
 
 def insert_job(
@@ -436,6 +489,7 @@ def submit_job(
                     storage=ctx.storage,
                     key=idempotency_key,
                     digest=digest,
+                    buckets=ctx.data_buckets,
                     provenance=provenance,
                 )
             )

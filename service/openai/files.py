@@ -4,15 +4,17 @@ A file belongs to its team (another team's file is ``NotFound``). Only ``purpose
 fine-tune`` is accepted; its content must be JSONL in the chat format, one
 ``{"messages": [{"role", "content"}, ...]}`` object per line with at least one assistant
 message. Every problem is reported with its line number, and nothing is stored unless the
-whole file is valid. Bytes go to ``<storage>/files/<team>/<id>.jsonl`` (a local storage
-path; an object-store URI is refused with a clear error).
+whole file is valid. A file is a view over the team's datasets (``service.objects``): its
+bytes are a dataset object in the store (local or ``s3://``) whose id the ``files`` row keeps
+in ``path``, so a fine-tuning job names it as ``data.train.dataset`` and reads it through the
+same node cache as any dataset. Files stored before that keep a local path.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import secrets
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +27,9 @@ from service.accounts.auth import Principal, require_writer
 from service.db.engine import Database
 from service.db.models import File, FineTuningJob
 from service.errors import NotFound, Unprocessable
+from service.objects.checks import ObjectFacts
+from service.objects.store import add_object, collect_garbage, hide_object
+from storage.manifest import publish_object
 
 __all__ = [
     "ROLES",
@@ -39,6 +44,7 @@ __all__ = [
 ]
 
 ROLES = ("system", "user", "assistant", "developer", "tool")
+_OBJECT_FILE = "data.jsonl"  # a file's one file in its dataset object
 _MAX_REPORTED = 5  # line errors in one message
 
 
@@ -52,12 +58,10 @@ class FileInfo:
     created_at: int  # unix seconds
 
 
-def files_root(storage: str) -> Path:
-    if "://" in storage:
-        raise Unprocessable(
-            f"file uploads need a local SHUNTER_STORAGE path; {storage!r} is an object store"
-        )
-    return Path(storage) / "files"
+def files_root(storage: str) -> Path | None:
+    """Where files stored before the object store live (a data root for their jobs); None
+    on object storage, which never had them."""
+    return None if "://" in storage else Path(storage) / "files"
 
 
 def new_file_id() -> str:
@@ -136,21 +140,31 @@ def create_file(
         raise Unprocessable(f"purpose: only 'fine-tune' is supported, not {purpose!r}")
     lines = validate_chat_jsonl(content)
     file_id = new_file_id()
-    target = files_root(storage) / principal.team / f"{file_id}.jsonl"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(content)
-    os.replace(tmp, target)  # a reader never sees half a file
+    name = (filename or "upload.jsonl")[:255]
+    with tempfile.TemporaryDirectory(prefix="shunter-file-") as tmp:
+        (Path(tmp) / _OBJECT_FILE).write_bytes(content)
+        digest, _ = publish_object(Path(tmp), storage)  # files, then the manifest
+    facts = ObjectFacts(
+        format="jsonl",
+        columns=["messages"],
+        rows=lines,
+        sample=[],
+        files=[_OBJECT_FILE],
+        bytes=len(content),
+    )
 
     def _write(session: Session) -> FileInfo:
+        dataset = add_object(
+            session, principal=principal, kind="dataset", name=name, digest=digest, facts=facts
+        )
         row = File(
             id=file_id,
             team=principal.team,
-            filename=(filename or "upload.jsonl")[:255],
+            filename=name,
             purpose=purpose,
             bytes=len(content),
             lines=lines,
-            path=str(target),
+            path=dataset.id,
             created_by=principal.name,
         )
         session.add(row)
@@ -160,7 +174,7 @@ def create_file(
     try:
         return db.write(_write)
     except Exception:
-        target.unlink(missing_ok=True)
+        collect_garbage(db, root=storage, digests=[digest])  # no row names it: its bytes go
         raise
 
 
@@ -176,7 +190,7 @@ def get_file(session: Session, *, principal: Principal, file_id: str) -> FileInf
 
 
 def file_path(session: Session, *, principal: Principal, file_id: str) -> str:
-    """Where a visible file's bytes are (for the job spec)."""
+    """A visible file's dataset id (``ds-...``), or the local path of an older file."""
     return _visible(session, principal, file_id).path
 
 
@@ -198,18 +212,24 @@ def list_files(
     return [_info(r) for r in rows[:limit]], len(rows) > limit
 
 
-def delete_file(db: Database, *, principal: Principal, file_id: str) -> str:
+def delete_file(db: Database, *, principal: Principal, file_id: str, storage: str) -> str:
+    """Remove the file and its dataset; the bytes stay while a job that used them exists."""
     require_writer(principal)
 
-    def _delete(session: Session) -> str | None:
+    def _delete(session: Session) -> tuple[str | None, str | None]:
         row = _visible(session, principal, file_id)
+        session.delete(row)
+        if row.path.startswith("ds-"):
+            digest = hide_object(session, principal=principal, object_id=row.path, kind="dataset")
+            return digest, None
         ft = FineTuningJob
         uses = or_(ft.training_file == file_id, ft.validation_file == file_id)
         used = session.execute(select(ft.job_id).where(uses).limit(1)).first()
-        session.delete(row)
-        return None if used else row.path  # a job's data stays readable (and resumable)
+        return None, None if used else row.path  # a job's data stays readable (and resumable)
 
-    path = db.write(_delete)
+    digest, path = db.write(_delete)
+    if digest is not None:
+        collect_garbage(db, root=storage, digests=[digest])
     if path is not None:
         Path(path).unlink(missing_ok=True)
     return file_id

@@ -84,6 +84,7 @@ def create_ft_job(
     require_writer(principal)
     model = _catalog_model(catalog, req.model)
     train_path, valid_path = _paths(db, principal, req)
+    old_files = [root] if (root := files_root(storage)) is not None else []
     hp = translate.resolved_hyperparameters(req.given_hyperparameters(), model)
     seed = req.seed if req.seed is not None else secrets.randbelow(2**31)
     spec = translate.job_spec(
@@ -100,9 +101,7 @@ def create_ft_job(
         raw=json.dumps(spec).encode(),
         content_type="application/json",
         idempotency_key=None,
-        ctx=SubmitContext(
-            data_roots=[*data_roots, files_root(storage)], storage=storage, cluster=cluster
-        ),
+        ctx=SubmitContext(data_roots=[*data_roots, *old_files], storage=storage, cluster=cluster),
     )
 
     def record(session: Session) -> dict[str, Any]:

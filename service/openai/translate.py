@@ -95,6 +95,14 @@ def _job_name(model: str, suffix: str | None) -> str:
     return name or "ft-job"
 
 
+def _source(where: str) -> dict[str, str]:
+    """A file's data source: its dataset in the store (``ds-...``), or a local path (files
+    uploaded before the store)."""
+    if where.startswith("ds-"):
+        return {"dataset": where}
+    return {"path": where, "format": "jsonl"}
+
+
 def job_spec(
     *,
     model: CatalogModel,
@@ -117,11 +125,11 @@ def job_spec(
     }
     data: dict[str, Any] = {
         **d.get("data", {}),
-        "train": {"path": training_path, "format": "jsonl"},
+        "train": _source(training_path),
         "messages_field": "messages",
     }
     if validation_path is not None:
-        data["eval"] = {"path": validation_path, "format": "jsonl"}
+        data["eval"] = _source(validation_path)
         training["eval_strategy"] = "epoch"
     spec: dict[str, Any] = {
         "name": _job_name(model.id, suffix),

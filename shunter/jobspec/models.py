@@ -50,6 +50,7 @@ __all__ = [
     "FSDP_SHARDINGS",
     "HUB_ID_RE",
     "LR_SCHEDULERS",
+    "OBJECT_ID_RE",
     "OPTIMIZERS",
     "STRATEGIES",
     "TASKS",
@@ -80,6 +81,7 @@ __all__ = [
     "Strategy",
     "Task",
     "TrainingSpec",
+    "is_store_ref",
 ]
 
 Task = Literal[
@@ -123,6 +125,16 @@ DEEPSPEED_STAGES: tuple[int, ...] = get_args(DeepSpeedStage)
 
 # A Hugging Face hub id: `name` or `org/name`; each part starts alphanumeric.
 HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?")
+# A team object in the store (issue #28): ``ds-...`` a dataset, ``mdl-...`` a base model;
+# ``s3://bucket/...`` a bucket the server may read for the team. Never a path or a hub id.
+OBJECT_ID_RE = re.compile(r"(ds|mdl)-[0-9a-z]{8,36}")
+_S3_URI_RE = re.compile(r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^\s?#]*)?")
+
+
+def is_store_ref(value: str | None) -> bool:
+    """True for a value that names a team object (``ds-``/``mdl-``) or an ``s3://`` URI."""
+    return value is not None and bool(OBJECT_ID_RE.fullmatch(value) or _S3_URI_RE.fullmatch(value))
+
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _MAX_STEPS = 1_000_000_000  # upper bound for every step count (≈ 30 years at 1 step/s)
@@ -277,7 +289,8 @@ class ModelSpec(_Spec):
 
 
 class DataSource(_Spec):
-    """One dataset: a local file ``{path, format, delimiter}`` or ``{hub, config, split}``.
+    """One dataset: a local file ``{path, format, delimiter}``, ``{hub, config, split}``, an
+    uploaded dataset ``{dataset: ds-...}`` or files in a bucket ``{uri: s3://bucket/p/*.parquet}``.
 
     A bare string is shorthand for ``{path: <string>}``.
     """
@@ -290,6 +303,19 @@ class DataSource(_Spec):
         None, min_length=1, max_length=1, description="csv only; one character"
     )
     hub: str | None = Field(None, max_length=200, description="dataset id on the hub")
+    dataset: str | None = Field(
+        None,
+        max_length=40,
+        pattern=r"^ds-[0-9a-z]{8,36}$",
+        description="an uploaded dataset's id, ds-... (shunter data push)",
+    )
+    uri: str | None = Field(
+        None,
+        max_length=4096,
+        pattern=r"^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]/[^\s?#]+$",
+        description="s3://bucket/key or s3://bucket/prefix/*.parquet, in a bucket the server "
+        "allows the team (SHUNTER_DATA_BUCKETS); read with the server's credentials",
+    )
     config: Ident | None = Field(None, description="hub dataset configuration name")
     split: str | None = Field(
         None, max_length=128, pattern=r"^[A-Za-z0-9_.:%+\[\]-]+$", description="default 'train'"
@@ -300,11 +326,17 @@ class DataSource(_Spec):
     def _infer_format(cls, data: Any) -> Any:
         # A bare string is the path form's shorthand: `train: sst2/train.tsv`.
         if isinstance(data, str):
-            data = {"path": data}
+            if data.startswith("ds-") and OBJECT_ID_RE.fullmatch(data):
+                data = {"dataset": data}
+            else:
+                data = {"uri": data} if data.startswith("s3://") else {"path": data}
         # Fill format/delimiter from the file suffix so the stored spec is explicit.
-        if not isinstance(data, dict) or not isinstance(data.get("path"), str):
+        if not isinstance(data, dict):
             return data
-        suffix = PurePosixPath(data["path"]).suffix.lower()
+        named = data.get("path") if data.get("path") is not None else data.get("uri")
+        if not isinstance(named, str):
+            return data
+        suffix = PurePosixPath(named).suffix.lower()
         fmt, delim = _SUFFIX_FORMATS.get(suffix, (None, None))
         data = dict(data)
         if data.get("format") is None and fmt is not None:
@@ -317,8 +349,27 @@ class DataSource(_Spec):
     def _one_form(self) -> DataSource:
         local = [k for k in ("path", "format", "delimiter") if getattr(self, k) is not None]
         hub = [k for k in ("hub", "config", "split") if getattr(self, k) is not None]
+        forms = [k for k in ("path", "hub", "dataset", "uri") if getattr(self, k) is not None]
+        if len(forms) > 1:
+            raise ValueError(f"give one of path, hub, dataset, uri; got {', '.join(forms)}")
+        if self.dataset is not None:
+            if local or hub:
+                raise ValueError(f"{', '.join(local + hub)} do not go with dataset; drop them")
+            return self
+        if self.uri is not None:
+            if hub:
+                raise ValueError(f"{', '.join(hub)} belong to the hub form; drop them or uri")
+            if self.format is None:
+                raise ValueError(
+                    "cannot infer format from the uri; set format: " + " | ".join(DATA_FORMATS)
+                )
+            if self.delimiter is not None and self.format != "csv":
+                raise ValueError("delimiter is only for format csv")
+            return self
         if self.path is None and self.hub is None:
-            raise ValueError("give either path (a local file) or hub (a dataset id)")
+            raise ValueError(
+                "give path (a local file), hub (a dataset id), dataset (ds-...) or uri (s3://...)"
+            )
         if self.path is not None and hub:
             raise ValueError(f"{', '.join(hub)} belong to the hub form; drop them or path")
         if self.hub is not None and local:

@@ -68,7 +68,7 @@ def test_upload_create_list_cancel_with_the_official_client(oai: Callable[..., O
     assert spec["training"]["per_device_train_batch_size"] == 2
     assert spec["training"]["learning_rate"] == pytest.approx(5e-4)  # 1e-3 x 0.5
     assert spec["training"]["seed"] == 11 and spec["training"]["eval_strategy"] == "epoch"
-    assert spec["data"]["train"]["path"].endswith(f"{f.id}.jsonl")
+    assert spec["data"]["train"]["dataset"].startswith("ds-")  # the file's dataset object
 
     second = c.fine_tuning.jobs.create(model="shunter-tiny-llama", training_file=f.id)
     page = c.fine_tuning.jobs.list(limit=1)

@@ -102,7 +102,9 @@ def file_get(file_id: str, st: StateDep, user: CurrentUser) -> FileObject:
 
 @router.delete("/files/{file_id}", response_model=DeletedFile)
 def file_delete(file_id: str, st: StateDep, user: CurrentUser) -> DeletedFile:
-    return DeletedFile(id=delete_file(st.db, principal=user, file_id=file_id))
+    return DeletedFile(
+        id=delete_file(st.db, principal=user, file_id=file_id, storage=st.settings.storage)
+    )
 
 
 # ---------------------------------------------------------------- fine-tuning jobs
