@@ -74,7 +74,8 @@ def tokenized_root(storage_root: str) -> str:
 
 class NodeInputs:
     """A job's inputs on this node (trainer_core's ``SharedData``). ``tokenized``: the store
-    URI of the tokenised datasets (``tokenized_root``); ``None`` leaves tokenising local."""
+    URI of the tokenised datasets (``tokenized_root``); ``None`` keeps them in this node's
+    cache only."""
 
     def __init__(
         self,
@@ -154,11 +155,11 @@ class NodeInputs:
             self.cache.get(*lazy)
 
     def fetch_tokenized(self, key: str) -> Path | None:
-        if self.tokenized is None:
-            return None
         local_key = f"tok-{key}"
         if self.cache.cached(local_key):
             return self.cache.get(local_key, lambda: self._tok_source(key))
+        if self.tokenized is None:
+            return None
         uri = storage.join(self.tokenized, key)
         if not storage.exists(storage.join(uri, MANIFEST)):
             return None
@@ -194,12 +195,11 @@ class NodeInputs:
                 pass
 
     def publish_tokenized(self, key: str, directory: Path) -> Path:
-        if self.tokenized is None:
-            raise RuntimeError("no store for tokenised datasets")
         files = object_file_table(directory)
-        uri = storage.join(self.tokenized, key)
-        storage.upload_dir(directory, uri)
-        storage.write_bytes(storage.join(uri, MANIFEST), manifest_bytes(files))  # last
+        if self.tokenized is not None:
+            uri = storage.join(self.tokenized, key)
+            storage.upload_dir(directory, uri)
+            storage.write_bytes(storage.join(uri, MANIFEST), manifest_bytes(files))  # last
         return self.cache.get(f"tok-{key}", _Adopt(directory, files, name=f"tokenized {key}"))
 
     def _claim(self, claim: str, token: str) -> bool:
@@ -246,6 +246,8 @@ class NodeInputs:
 class _Adopt(Source):
     """A source that moves a just-built local directory into the cache (it is in the store
     already: no download)."""
+
+    downloads = False
 
     def __init__(self, directory: Path, files: dict[str, Any], *, name: str) -> None:
         self.directory, self.files, self.name = directory, files, name

@@ -73,9 +73,11 @@ class DataCorrupt(Exception):
 
 
 class Source:
-    """What to fetch into the cache: ``name`` (for errors), ``size()`` and ``fetch_into``."""
+    """What to fetch into the cache: ``name`` (for errors), ``size()`` and ``fetch_into``.
+    ``downloads``: whether ``fetch_into`` reads the store (counted in ``fetched_bytes``)."""
 
     name: str
+    downloads = True
 
     def size(self) -> int:
         raise NotImplementedError
@@ -218,7 +220,8 @@ class ObjectCache:
             tmp = mark.with_name(f"{mark.name}.tmp")
             tmp.write_text(str(size))
             tmp.replace(mark)
-            self.fetched_bytes += size
+            if src.downloads:
+                self.fetched_bytes += size
         return target
 
     def close(self) -> None:

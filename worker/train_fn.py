@@ -138,7 +138,7 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
     spec_doc, resume_from = config["spec"], config.get("resume_from")
     if storage_uri:
         spec_doc, resume_from = _localized(config, ray, local_rank=local_rank)
-    node = _node_inputs(storage_uri, config.get("inputs"))
+    node = _node_inputs(storage_uri, config.get("inputs"), config["output_dir"])
     if node is not None:  # stored datasets and models: through this node's cache
         spec_doc = _inputs_localized(spec_doc, config.get("inputs"), node)
     cfg = TrainConfig.from_spec(
@@ -195,9 +195,13 @@ def _report_worker(api: Any, ctx: WorkerContext) -> None:
         logging.getLogger(__name__).warning("rank %d could not report its process: %s", ctx.rank, e)
 
 
-def _node_inputs(storage_uri: str | None, inputs: dict[str, Any] | None) -> NodeInputs | None:
+def _node_inputs(
+    storage_uri: str | None, inputs: dict[str, Any] | None, output_dir: str
+) -> NodeInputs | None:
     """This rank's view of the job's stored inputs and of the store's tokenised datasets
-    (``worker.inputs``): on object storage, or whenever the job names stored objects."""
+    (``worker.inputs``): on object storage, or whenever the job names stored objects. The
+    storage root is the job directory's parent (``storage_uri``'s; on a shared filesystem,
+    ``output_dir``'s)."""
     if not storage_uri and not inputs:
         return None
     import posixpath
@@ -205,8 +209,8 @@ def _node_inputs(storage_uri: str | None, inputs: dict[str, Any] | None) -> Node
     from worker.inputs import NodeInputs, tokenized_root
     from worker.object_cache import default_cache
 
-    root = posixpath.dirname(storage_uri.rstrip("/")) if storage_uri else None
-    return NodeInputs(default_cache(), tokenized=tokenized_root(root) if root else None)
+    root = posixpath.dirname((storage_uri or output_dir).rstrip("/"))
+    return NodeInputs(default_cache(), tokenized=tokenized_root(root))
 
 
 def _inputs_localized(

@@ -87,6 +87,7 @@ ELSEWHERE = {
 }
 SLOW = {  # a Ray head and torchrun, a training step and an export, a moto S3: the slow set
     "checkpoint_export.py": (["--quick"], "export-checkpoint: wall"),
+    "data_cache.py": (["--quick"], "ratio second/first"),
     "overhead.py": (["--steps", "3", "--repeat", "1"], "torchrun"),
     "resume_fetch.py": (["--quick", "--strategies", "fsdp"], "fetched MB"),
     "startup.py": (["--quick", "--burst", "2"], "jobs/min"),

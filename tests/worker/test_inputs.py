@@ -1,0 +1,155 @@
+"""A job's stored inputs on a node (``worker.inputs``) against a real local S3 server: the spec
+the training function hands trainer_core names local files; datasets are fetched only when
+read, models at once, listed ``uri`` inputs checked against their sizes and ETags; the
+tokenised-dataset claim and publish work through the bucket."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from s3_server import S3Server, aws_env, running_s3
+
+import storage
+from storage.manifest import publish_object
+from worker.classify import classify
+from worker.inputs import NodeInputs, localize, tokenized_root
+from worker.object_cache import DataCorrupt, ObjectCache
+
+ROWS = [{"text": f"row {i}", "label": i % 2} for i in range(5)]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with running_s3() as server, aws_env(server.env):
+        yield server
+
+
+@pytest.fixture
+def root(s3: S3Server) -> str:
+    return f"s3://{s3.bucket('d-' + secrets.token_hex(4))}/shunter"
+
+
+def _dataset(root: str, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    src = tmp_path / "ds"
+    src.mkdir()
+    (src / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    digest, _ = publish_object(src, root)
+    entry = {
+        "uri": storage.join(root, storage.object_dir(digest)),
+        "digest": digest,
+        "kind": "dataset",
+        "format": "jsonl",
+        "file": "train.jsonl",
+    }
+    return digest, entry
+
+
+def _model(root: str, tmp_path: Path) -> dict[str, Any]:
+    src = tmp_path / "mdl"
+    (src / "sub").mkdir(parents=True)
+    (src / "config.json").write_text('{"model_type": "bert"}')
+    (src / "sub" / "weights.bin").write_bytes(b"\x01" * 5000)
+    digest, _ = publish_object(src, root)
+    return {
+        "uri": storage.join(root, storage.object_dir(digest)),
+        "digest": digest,
+        "kind": "model",
+    }
+
+
+def _node(tmp_path: Path, root: str, name: str = "node") -> NodeInputs:
+    return NodeInputs(ObjectCache(tmp_path / name), tokenized=tokenized_root(root), settle_s=0.1)
+
+
+def test_references_become_local_paths(root: str, tmp_path: Path) -> None:
+    _, ds = _dataset(root, tmp_path)
+    model = _model(root, tmp_path)
+    inputs = {"ds-abc": ds, "mdl-xyz": model}
+    spec = {
+        "model": {"name_or_path": "mdl-xyz", "task": "causal-lm"},
+        "data": {"train": {"dataset": "ds-abc"}, "eval": {"dataset": "ds-abc"}},
+    }
+    node = _node(tmp_path, root)
+    out = localize(spec, inputs, node)
+    model_dir = Path(out["model"]["name_or_path"])
+    assert (model_dir / "sub" / "weights.bin").read_bytes() == b"\x01" * 5000  # fetched now
+    train = out["data"]["train"]
+    assert train["format"] == "jsonl" and "dataset" not in train
+    path = Path(train["path"])
+    assert not path.exists()  # a dataset is fetched only when read
+    sha = json.loads(storage.read_bytes(storage.join(ds["uri"], "manifest.json")))
+    assert node.content_id(str(path)) == sha["files"]["train.jsonl"]["sha256"]
+    node.materialize(str(path))
+    assert [json.loads(line) for line in path.read_text().splitlines()] == ROWS
+    assert spec["data"]["train"] == {"dataset": "ds-abc"}  # the caller's spec is not changed
+
+
+def test_a_listed_uri_is_checked_against_size_and_etag(
+    s3: S3Server, root: str, tmp_path: Path
+) -> None:
+    bucket = root.split("/")[2]
+    client = s3.client()
+    files = []
+    for name in ("a.jsonl", "b.jsonl"):
+        body = json.dumps(ROWS[0]).encode() + b"\n"
+        client.put_object(Bucket=bucket, Key=f"raw/{name}", Body=body)
+        head = client.head_object(Bucket=bucket, Key=f"raw/{name}")
+        files.append({"uri": f"s3://{bucket}/raw/{name}", "size": len(body), "etag": head["ETag"]})
+    ref = f"s3://{bucket}/raw/*.jsonl"
+    inputs = {ref: {"kind": "uri", "format": "jsonl", "files": files}}
+    spec = {"data": {"train": {"uri": ref}}}
+    node = _node(tmp_path, root)
+    out = localize(spec, inputs, node)
+    folder = Path(out["data"]["train"]["path"])
+    node.materialize(str(folder))
+    assert sorted(p.name for p in folder.iterdir()) == ["a.jsonl", "b.jsonl"]
+    # The bucket's object changed after submit (same size, other bytes): its ETag no longer
+    # matches what the listing recorded.
+    client.put_object(Bucket=bucket, Key="raw/b.jsonl", Body=b"X" * files[1]["size"])
+    fresh = _node(tmp_path, root, "fresh")
+    out = localize(spec, inputs, fresh)
+    with pytest.raises(DataCorrupt, match=r"b\.jsonl does not match its ETag") as err:
+        fresh.materialize(out["data"]["train"]["path"])
+    assert classify(err.value).type == "data_corrupt"
+
+
+def test_a_corrupt_object_in_the_bucket_names_it(s3: S3Server, root: str, tmp_path: Path) -> None:
+    _, ds = _dataset(root, tmp_path)
+    bucket, key = ds["uri"].removeprefix("s3://").split("/", 1)
+    body = s3.client().get_object(Bucket=bucket, Key=f"{key}/train.jsonl")["Body"].read()
+    s3.client().put_object(Bucket=bucket, Key=f"{key}/train.jsonl", Body=body[::-1])
+    node = _node(tmp_path, root)
+    out = localize({"data": {"train": {"dataset": "ds-bad"}}}, {"ds-bad": ds}, node)
+    with pytest.raises(DataCorrupt, match="ds-bad") as err:
+        node.materialize(out["data"]["train"]["path"])
+    info = classify(err.value)
+    assert info.type == "data_corrupt" and "ds-bad" in info.message
+    assert node.cache.usage() == {}
+
+
+def test_tokenised_data_is_claimed_published_and_fetched_through_the_bucket(
+    root: str, tmp_path: Path
+) -> None:
+    a, b = _node(tmp_path, root, "a"), _node(tmp_path, root, "b")
+    assert a.fetch_tokenized("k1") is None
+    with a.claim_tokenized("k1") as mine:
+        assert mine
+        with b.claim_tokenized("k1") as theirs:
+            assert not theirs  # a's claim is live in the bucket
+        built = tmp_path / "built"
+        built.mkdir()
+        (built / "data-00000-of-00001.arrow").write_bytes(b"tokens" * 100)
+        (built / "dataset_info.json").write_text("{}")
+        local = a.publish_tokenized("k1", built)
+    assert (local / "dataset_info.json").exists() and not built.exists()  # adopted, not fetched
+    assert a.cache.fetched_bytes == 0
+    assert not storage.exists(storage.join(tokenized_root(root), "k1.claim"))  # released
+    got = b.fetch_tokenized("k1")
+    assert got is not None
+    assert (got / "data-00000-of-00001.arrow").read_bytes() == b"tokens" * 100
+    assert b.cache.fetched_bytes == 602
