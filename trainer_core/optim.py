@@ -6,6 +6,16 @@ weight decay on everything except biases and normalisation weights, which is the
 ``Trainer`` applies (``get_decay_parameter_names``: no decay for ``*bias`` and for parameters
 of LayerNorm/RMSNorm-like modules). Frozen parameters (LoRA) are left out.
 
+Memory-saving optimizers, by HF's names (issue #29; where each runs: ``docs/parallel.md``):
+``adamw_8bit`` / ``paged_adamw_8bit`` are bitsandbytes' ``AdamW8bit`` / ``PagedAdamW8bit``
+(its CPU backend runs the 8-bit one), ``adamw_torch_8bit`` / ``adamw_torch_4bit`` torchao's
+``AdamW8bit`` / ``AdamW4bit``, ``galore_*`` ``trainer_core.galore.GaLore``: the weights of
+the ``nn.Linear`` modules whose names contain one of ``optim_target_modules`` (HF's match;
+``all-linear``: every linear but the output embedding) form a projected group with
+``optim_args``' rank, update_proj_gap, scale and proj_type (HF's defaults 128, 200, 0.25,
+std). ``loraplus_lr_ratio`` (LoRA+, as PEFT's ``create_loraplus_optimizer``): the
+``lora_B`` matrices and the trainable 1-D parameters learn at ratio x learning_rate.
+
 ``make_scheduler(optimizer, cfg, total_steps)`` wraps ``transformers.get_scheduler``;
 ``warmup_ratio`` becomes ``ceil(ratio x total_steps)`` steps when ``warmup_steps`` is 0.
 ``reduce_lr_on_plateau`` is the one scheduler the loop steps with the eval loss.
@@ -23,8 +33,18 @@ from transformers import get_scheduler
 from transformers.optimization import Adafactor
 
 from trainer_core.config import TrainingConfig, higher_is_better
+from trainer_core.galore import GaLore, Inner
 
-__all__ = ["Lion", "decay_groups", "make_optimizer", "make_scheduler", "warmup_steps"]
+__all__ = [
+    "Lion",
+    "decay_groups",
+    "galore_groups",
+    "loraplus_groups",
+    "make_optimizer",
+    "make_scheduler",
+    "optimizer_state_bytes",
+    "warmup_steps",
+]
 
 
 def decay_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
@@ -47,10 +67,81 @@ def decay_groups(module: nn.Module, weight_decay: float) -> list[dict[str, Any]]
     return [g for g in groups if g["params"]]
 
 
+def galore_groups(module: nn.Module, cfg: TrainingConfig) -> list[dict[str, Any]]:
+    """``decay_groups`` with the target linears' weights moved to a projected group."""
+    targets = cfg.optim_target_modules
+    output = getattr(module, "module", module)
+    get_out = getattr(output, "get_output_embeddings", None)
+    out_weight = get_out().weight if callable(get_out) and get_out() is not None else None
+    chosen: list[torch.Tensor] = []
+    for name, sub in module.named_modules():
+        if not isinstance(sub, nn.Linear) or not sub.weight.requires_grad:
+            continue
+        if sub.weight is out_weight and targets == "all-linear":
+            continue
+        if targets == "all-linear" or any(t in name for t in targets or ()):
+            chosen.append(sub.weight)
+    if not chosen:
+        raise ValueError(
+            f"training.optim_target_modules {targets!r} matches no linear module of the model"
+        )
+    ids = {id(p) for p in chosen}
+    groups = [
+        {**g, "params": [p for p in g["params"] if id(p) not in ids]}
+        for g in decay_groups(module, cfg.weight_decay)
+    ]
+    args = cfg.optim_args
+    projected = {
+        "params": chosen,
+        "weight_decay": cfg.weight_decay,
+        "rank": (args and args.rank) or 128,
+        "update_proj_gap": (args and args.update_proj_gap) or 200,
+        "scale": (args and args.scale) or 0.25,
+        "proj_type": (args and args.proj_type) or "std",
+    }
+    return [g for g in groups if g["params"]] + [projected]
+
+
+def loraplus_groups(module: nn.Module, cfg: TrainingConfig, ratio: float) -> list[dict[str, Any]]:
+    """``decay_groups`` split again: ``lora_B`` and 1-D params at ``ratio`` x lr (PEFT's rule)."""
+    fast = {
+        id(p)
+        for name, p in module.named_parameters()
+        if p.requires_grad and ("lora_B" in name or p.ndim == 1)
+    }
+    out: list[dict[str, Any]] = []
+    for g in decay_groups(module, cfg.weight_decay):
+        for is_fast in (False, True):
+            params = [p for p in g["params"] if (id(p) in fast) == is_fast]
+            if params:
+                lr = cfg.learning_rate * (ratio if is_fast else 1.0)
+                out.append({**g, "params": params, "lr": lr})
+    return out
+
+
 def make_optimizer(module: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimizer:
     groups = decay_groups(module, cfg.weight_decay)
+    if cfg.loraplus_lr_ratio is not None:
+        groups = loraplus_groups(module, cfg, cfg.loraplus_lr_ratio)
     betas = (cfg.adam_beta1, cfg.adam_beta2)
     lr = cfg.learning_rate
+    eps = cfg.adam_epsilon
+    if cfg.optim.startswith("galore_"):
+        inner: Inner = {"galore_adamw": "adamw", "galore_adamw_8bit": "adamw_8bit"}.get(
+            cfg.optim, "adafactor"
+        )  # type: ignore[assignment]
+        return GaLore(galore_groups(module, cfg), inner=inner, lr=lr, betas=betas, eps=eps)
+    if cfg.optim in ("adamw_8bit", "paged_adamw_8bit"):
+        from bitsandbytes.optim import AdamW8bit as Bnb8bit  # type: ignore[attr-defined]
+        from bitsandbytes.optim import PagedAdamW8bit  # type: ignore[attr-defined]
+
+        cls = Bnb8bit if cfg.optim == "adamw_8bit" else PagedAdamW8bit
+        return cls(groups, lr=lr, betas=betas, eps=eps)
+    if cfg.optim in ("adamw_torch_8bit", "adamw_torch_4bit"):
+        from torchao.optim import AdamW4bit, AdamW8bit
+
+        low = AdamW8bit if cfg.optim == "adamw_torch_8bit" else AdamW4bit
+        return low(groups, lr=lr, betas=betas, eps=eps)  # type: ignore[no-any-return]
     if cfg.optim in ("adamw_torch", "adamw_torch_fused"):
         fused = cfg.optim == "adamw_torch_fused"
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=cfg.adam_epsilon, fused=fused)
@@ -62,6 +153,32 @@ def make_optimizer(module: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimi
     if cfg.optim == "sgd":
         return torch.optim.SGD(groups, lr=lr)
     return Lion(groups, lr=lr, betas=betas)
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of every tensor in ``optimizer.state`` (what the plan's optimizer part counts):
+    a quantized tensor subclass (torchao) by its inner tensors; one shared tensor once."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+
+    def add(t: torch.Tensor) -> None:
+        nonlocal total
+        flatten = getattr(type(t), "__tensor_flatten__", None)
+        if flatten is not None and type(t) is not torch.Tensor:
+            names, _ = t.__tensor_flatten__()  # type: ignore[attr-defined]
+            for name in names:
+                add(getattr(t, name))
+            return
+        key = (t.data_ptr(), t.numel())
+        if key not in seen:
+            seen.add(key)
+            total += t.numel() * t.element_size()
+
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor):
+                add(value)
+    return total
 
 
 def warmup_steps(cfg: TrainingConfig, total_steps: int) -> int:

@@ -26,17 +26,33 @@ import os
 from service.jobs.paths import local_model_config
 from shunter.jobspec import JobSpec
 from shunter.jobspec.model_files import tokenizer_size
-from shunter.jobspec.spec_counts import spec_param_counts
+from shunter.jobspec.spec_counts import spec_memory_facts, spec_param_counts
 
-__all__ = ["param_counts", "plan_facts", "train_rows"]
+__all__ = ["memory_facts", "param_counts", "plan_facts", "train_rows"]
 
 _MAX_COUNT_BYTES = 256 * 1024**2
 
 
 def plan_facts(spec: JobSpec) -> dict[str, int | None]:
-    """``param_count``, ``trainable_count`` and ``train_rows`` for ``plan_for``."""
+    """``param_count``, ``trainable_count``, ``train_rows``, ``optimizer_state_bytes`` and
+    ``quantized_param_bytes`` for ``plan_for``."""
     params, trainable = param_counts(spec)
-    return {"param_count": params, "trainable_count": trainable, "train_rows": train_rows(spec)}
+    return {
+        "param_count": params,
+        "trainable_count": trainable,
+        "train_rows": train_rows(spec),
+        **memory_facts(spec),
+    }
+
+
+def memory_facts(spec: JobSpec) -> dict[str, int | None]:
+    """Optimizer-state and quantized-parameter bytes from the model's layout (issue #29)."""
+    m = spec.model
+    tokenizer = m.tokenizer or m.name_or_path
+    vocab = None
+    if m.from_scratch and tokenizer is not None and os.path.isabs(tokenizer):
+        vocab = tokenizer_size(tokenizer)
+    return spec_memory_facts(spec, local_config=local_model_config(spec), vocab_size=vocab)
 
 
 def param_counts(spec: JobSpec) -> tuple[int | None, int | None]:

@@ -48,6 +48,7 @@ __all__ = [
     "DEEPSPEED_STAGES",
     "DTYPES",
     "FSDP_SHARDINGS",
+    "GALORE_OPTIMIZERS",
     "HUB_ID_RE",
     "LR_SCHEDULERS",
     "OBJECT_ID_RE",
@@ -74,7 +75,9 @@ __all__ = [
     "LrScheduler",
     "ModelSpec",
     "NotifySpec",
+    "OptimArgs",
     "Optimizer",
+    "QuantizationSpec",
     "ResourcesSpec",
     "SchedulingSpec",
     "StragglerSpec",
@@ -101,8 +104,24 @@ DataFormat = Literal["csv", "json", "jsonl", "text", "parquet", "save_to_disk"]
 DATA_FORMATS: tuple[str, ...] = get_args(DataFormat)
 Dtype = Literal["float32", "bfloat16", "float16"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
-Optimizer = Literal["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "lion"]
+# Hugging Face's OptimizerNames: bitsandbytes (adamw_8bit, paged_adamw_8bit), torchao's
+# low-bit AdamW (adamw_torch_8bit / _4bit), GaLore (trainer_core.galore).
+Optimizer = Literal[
+    "adamw_torch",
+    "adamw_torch_fused",
+    "adafactor",
+    "sgd",
+    "lion",
+    "adamw_8bit",
+    "paged_adamw_8bit",
+    "adamw_torch_8bit",
+    "adamw_torch_4bit",
+    "galore_adamw",
+    "galore_adamw_8bit",
+    "galore_adafactor",
+]
 OPTIMIZERS: tuple[str, ...] = get_args(Optimizer)
+GALORE_OPTIMIZERS: frozenset[str] = frozenset(o for o in OPTIMIZERS if o.startswith("galore_"))
 LrScheduler = Literal[
     "linear",
     "cosine",
@@ -255,6 +274,24 @@ class InitFromSpec(_Spec):
     path: PathOrHub | None = Field(None, description="set by the service; leave null")
 
 
+class QuantizationSpec(_Spec):
+    """A base model loaded quantized by bitsandbytes (``BitsAndBytesConfig``), frozen, with
+    LoRA adapters trained on top: QLoRA. Needs GPU workers."""
+
+    bits: Annotated[Literal[4, 8], BeforeValidator(_not_bool)] = Field(
+        description="4 | 8 bits per base weight"
+    )
+    quant_type: Literal["nf4", "fp4"] | None = Field(
+        None, description="4-bit only: nf4 | fp4 (null = nf4)"
+    )
+    compute_dtype: Dtype = Field(
+        "bfloat16", description="dtype the 4-bit layers compute in: " + " | ".join(DTYPES)
+    )
+    double_quant: bool = Field(
+        False, description="4-bit only: quantize the absmax too (~0.4 bit less a weight)"
+    )
+
+
 class ModelSpec(_Spec):
     """The model to train: where its weights (or config) come from, its task and dtype."""
 
@@ -285,6 +322,9 @@ class ModelSpec(_Spec):
     )
     init_from: InitFromSpec | None = Field(
         None, description="start from another job's checkpoint: {job, checkpoint, resume}"
+    )
+    quantization: QuantizationSpec | None = Field(
+        None, description="load the base quantized (bitsandbytes) and train model.lora: QLoRA"
     )
 
 
@@ -429,6 +469,29 @@ class DataSpec(_Spec):
     )
 
 
+GaloreProjection = Literal["std", "reverse_std", "right", "left"]
+
+
+class OptimArgs(_Spec):
+    """Hugging Face's ``optim_args`` as typed keys: GaLore's, with HF's defaults."""
+
+    rank: int | None = Field(
+        None, ge=1, le=65536, description="galore_*: rank of the projection, 1..65536 (null = 128)"
+    )
+    update_proj_gap: int | None = Field(
+        None,
+        ge=1,
+        le=_MAX_STEPS,
+        description="galore_*: steps between projector updates (an SVD each), 1..1e9 (null = 200)",
+    )
+    scale: float | None = Field(
+        None, gt=0, le=1000, description="galore_*: update scale, (0, 1000] (null = 0.25)"
+    )
+    proj_type: GaloreProjection | None = Field(
+        None, description="galore_*: std | reverse_std | right | left (null = std)"
+    )
+
+
 class TrainingSpec(_Spec):
     """Hugging Face ``TrainingArguments`` names and meanings."""
 
@@ -453,6 +516,23 @@ class TrainingSpec(_Spec):
     adam_epsilon: float = Field(1e-8, gt=0, le=1, description="(0, 1]")
     max_grad_norm: float = Field(1.0, ge=0, le=1e6, description="0 disables clipping; ≤ 1e6")
     optim: Optimizer = Field("adamw_torch", description="optimizer: " + " | ".join(OPTIMIZERS))
+    optim_target_modules: (
+        Literal["all-linear"] | Annotated[list[Ident], Field(min_length=1, max_length=256)] | None
+    ) = Field(
+        None,
+        description="galore_* (required): linear modules GaLore projects, names (a module "
+        "whose name contains one, as HF matches them) or 'all-linear'",
+    )
+    optim_args: OptimArgs | None = Field(
+        None, description="optimizer keys: rank, update_proj_gap, scale, proj_type (galore_*)"
+    )
+    loraplus_lr_ratio: float | None = Field(
+        None,
+        gt=0,
+        le=10_000,
+        description="LoRA+ (with model.lora): the B matrices learn at this ratio x "
+        "learning_rate, (0, 10000]; HF's loraplus_lr_ratio",
+    )
     lr_scheduler_type: LrScheduler = Field(
         "linear", description="learning-rate schedule: " + " | ".join(LR_SCHEDULERS)
     )

@@ -34,6 +34,18 @@ Bytes per parameter:
   (4 B for float32), optimizer ``states * b`` (Adam: 8 B), no master copy.
 - Optimizer states: adamw 2, lion 1, sgd 0 (no momentum), adafactor 0 (its factored second
   moment is O(rows + cols) per matrix, negligible, noted).
+- Memory-saving optimizers (issue #29): when the model's layout is known, the optimizer part
+  is ``optimizer_state_bytes`` (``shunter.jobspec.optim_bytes``, tensor by tensor: 8-bit
+  states of bitsandbytes/torchao, GaLore's projected states and projectors; measured equal
+  on CPU) divided by the shard; otherwise per trainable parameter: adamw_8bit,
+  paged_adamw_8bit and adamw_torch_8bit 2 B, adamw_torch_4bit 1 B (block scales and the
+  fp32 states of tensors under 4096 elements not counted), GaLore unknown (its states depend
+  on the projected shapes).
+- Quantized base (``model.quantization``, QLoRA): the parameters are
+  ``quantized_param_bytes`` when the layout is known (4-bit: 0.5 B per linear weight plus
+  block absmax; 8-bit: 1 B plus a scale per row; embeddings, norms, biases and the output
+  embedding in ``model.dtype``), else every parameter at 4-bit 0.5 B + 1/16 B (absmax per
+  64) or 8-bit 1 B.
 
 Shard divisors ``s`` (N = data-parallel ranks of the shard group):
 
@@ -63,6 +75,13 @@ __all__ = ["MEMORY_BASIS", "MemoryEstimate", "Plan", "plan_for"]
 MEMORY_BASIS = "model states only (params, grads, optimizer); no activations or buffers"
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 _OPTIMIZER_STATES = {"adamw_torch": 2, "adamw_torch_fused": 2, "lion": 1, "sgd": 0, "adafactor": 0}
+# Bytes per trainable parameter of the quantized-state optimizers, whatever model.dtype.
+_LOW_BIT_BYTES = {
+    "adamw_8bit": 2,
+    "paged_adamw_8bit": 2,
+    "adamw_torch_8bit": 2,
+    "adamw_torch_4bit": 1,
+}
 # Tasks whose rows the packing collator regroups into max_length blocks of tokens.
 _PACKED_TASKS = frozenset({"causal-lm", "chat-sft"})
 
@@ -119,8 +138,13 @@ def plan_for(
     trainable_count: int | None = None,
     train_rows: int | None = None,
     gpu_memory_bytes: int | None = None,
+    optimizer_state_bytes: int | None = None,
+    quantized_param_bytes: int | None = None,
 ) -> Plan:
-    """The plan of ``spec`` given the facts known about it (see the module docstring)."""
+    """The plan of ``spec`` given the facts known about it (see the module docstring).
+
+    ``optimizer_state_bytes`` / ``quantized_param_bytes``: one replica's optimizer states and
+    quantized parameters from the model's layout (``shunter.jobspec.optim_bytes``)."""
     notes: list[str] = []
     d, t, r = spec.distributed, spec.training, spec.resources
     world = r.num_workers
@@ -140,6 +164,8 @@ def plan_for(
         tp=tp,
         shard_group=shard_group,
         notes=notes,
+        optimizer_state_bytes=optimizer_state_bytes,
+        quantized_param_bytes=quantized_param_bytes,
     )
     fits = None
     if r.gpus_per_worker == 0:
@@ -229,18 +255,24 @@ def _memory(
     tp: int,
     shard_group: int | None,
     notes: list[str],
+    optimizer_state_bytes: int | None = None,
+    quantized_param_bytes: int | None = None,
 ) -> MemoryEstimate:
     d, t = spec.distributed, spec.training
-    states = _OPTIMIZER_STATES[t.optim]
+    states = _OPTIMIZER_STATES.get(t.optim, 2)
     if t.optim == "adafactor":
         notes.append("adafactor: its factored optimizer state is not counted")
+    if t.optim.startswith("galore_") and optimizer_state_bytes is None:
+        notes.append(
+            f"{t.optim}: its projected optimizer states need the model's layout; unknown here"
+        )
     if d.strategy == "deepspeed" and (
         t.fp16 or (t.bf16 and d.deepspeed.mixed_precision == "params")
     ):
         b_param, b_grad, b_optim = 2, 2, 4 + 4 * states
     else:
         b = _DTYPE_BYTES[spec.model.dtype]
-        b_param, b_grad, b_optim = b, b, states * b
+        b_param, b_grad, b_optim = b, b, _LOW_BIT_BYTES.get(t.optim, states * b)
     s_param, s_grad, s_optim = 1, 1, 1
     off_param = off_grad = off_optim = False
     if d.strategy == "deepspeed":
@@ -266,8 +298,21 @@ def _memory(
         return None if count is None else -(-count * nbytes // (shard * tp))
 
     params = part(param_count, b_param, s_param, off_param)
+    quant = spec.model.quantization
+    if quant is not None and not off_param:
+        if quantized_param_bytes is None and param_count is not None:
+            per = 0.5 + 4 / 64 if quant.bits == 4 else 1.0
+            quantized_param_bytes = math.ceil(param_count * per)
+            notes.append("quantized base: every parameter counted quantized (layout unknown)")
+        params = (
+            None if quantized_param_bytes is None else -(-quantized_param_bytes // (s_param * tp))
+        )
     grads = part(trainable_count, b_grad, s_grad, off_grad)
     optim = part(trainable_count, b_optim, s_optim, off_optim)
+    if optimizer_state_bytes is not None and not off_optim:
+        optim = -(-optimizer_state_bytes // (s_optim * tp))
+    elif t.optim.startswith("galore_"):
+        optim = None
     parts = (params, grads, optim)
     known_group = shard_group is not None or d.strategy not in ("fsdp", "fsdp+tp")
     return MemoryEstimate(

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from shunter.jobspec.deepspeed import deepspeed_config_problems
 from shunter.jobspec.errors import FieldError
 from shunter.jobspec.models import JobSpec
+from shunter.jobspec.optim_rules import optimizer_errors
 from shunter.jobspec.safety import safety_errors
 from shunter.jobspec.topology import topology_errors
 
@@ -340,6 +341,7 @@ _CHECKS: tuple[_Check, ...] = (
     _parallelism,
     _deepspeed,
     _lora,
+    optimizer_errors,  # optimizers, LoRA+, QLoRA: shunter.jobspec.optim_rules
     topology_errors,  # layout rules: shunter.jobspec.topology
     safety_errors,  # a spec is data: shunter.jobspec.safety
 )

@@ -8,6 +8,9 @@ without ``name_or_path``, ``config_overrides.model_type``'s defaults), then
 ``shunter.jobspec.param_count``. The caller reads the files: the service through its pass-2
 path checks, ``shunter validate`` from folders relative to the working directory
 (``local_counts``). Hub models are unknown (None): nothing here goes to the network.
+
+``spec_memory_facts`` / ``local_memory_facts``: ``plan_for``'s ``optimizer_state_bytes`` and
+``quantized_param_bytes`` from the same config's layout (``shunter.jobspec.optim_bytes``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from shunter.jobspec.model_files import read_config, tokenizer_size
+from shunter.jobspec.model_layouts import layout
 from shunter.jobspec.models import JobSpec
-from shunter.jobspec.param_count import count_params, task_config, trainable_params
+from shunter.jobspec.optim_bytes import optimizer_state_bytes, quantized_param_bytes
+from shunter.jobspec.param_count import HEAD_OF_TASK, count_params, task_config, trainable_params
 
-__all__ = ["local_counts", "spec_model_config", "spec_param_counts"]
+__all__ = [
+    "local_counts",
+    "local_memory_facts",
+    "spec_memory_facts",
+    "spec_model_config",
+    "spec_param_counts",
+]
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def spec_model_config(
@@ -60,6 +72,36 @@ def spec_param_counts(
     if m.lora is None and m.peft is None:
         return total, total
     return total, trainable_params(config, m.task, lora=m.lora, peft=m.peft)
+
+
+def spec_memory_facts(
+    spec: JobSpec, *, local_config: dict[str, Any] | None, vocab_size: int | None
+) -> dict[str, int | None]:
+    """``optimizer_state_bytes`` (full fine-tuning only: adapters' shapes are not modelled)
+    and ``quantized_param_bytes`` for ``plan_for``; None where unknown."""
+    facts: dict[str, int | None] = {"optimizer_state_bytes": None, "quantized_param_bytes": None}
+    m = spec.model
+    config = spec_model_config(spec, local_config=local_config, vocab_size=vocab_size)
+    head = HEAD_OF_TASK.get(m.task)
+    shape = None if config is None or head is None else layout(config, head)
+    if shape is None:
+        return facts
+    b = _DTYPE_BYTES[m.dtype]
+    if m.lora is None and m.peft is None:
+        facts["optimizer_state_bytes"] = optimizer_state_bytes(shape, spec.training, b)
+    if m.quantization is not None:
+        facts["quantized_param_bytes"] = quantized_param_bytes(shape, m.quantization, b)
+    return facts
+
+
+def local_memory_facts(spec: JobSpec, base: Path | None = None) -> dict[str, int | None]:
+    """``spec_memory_facts`` offline, with ``local_counts``' folders."""
+    m = spec.model
+    model_dir = _folder(m.name_or_path, base)
+    local_config = read_config(model_dir) if model_dir is not None else None
+    tok_dir = _folder(m.tokenizer or m.name_or_path, base)
+    vocab = tokenizer_size(tok_dir) if m.from_scratch and tok_dir is not None else None
+    return spec_memory_facts(spec, local_config=local_config, vocab_size=vocab)
 
 
 def local_counts(spec: JobSpec, base: Path | None = None) -> tuple[int | None, int | None]:

@@ -68,6 +68,9 @@ class Job:
     # ... and load_from is such a URI, read through a node cache at load_via.format(rank=r).
     load_via: str | None = None
     block_size: int | None = None  # the uploaded manifest's hashed blocks (default 4 MiB)
+    # trainer_core.optim's optimizer for these TrainingSpec keys (lr LR) instead of AdamW.
+    optim: dict[str, Any] | None = None
+    state_bytes_path: str | None = None  # rank 0 writes its optimizer-state bytes here
 
 
 def batch_for(step: int, job: Job) -> torch.Tensor:
@@ -88,6 +91,11 @@ def run_job(job: Job, device: torch.device) -> dict[str, Any]:
     model = LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, **job.model_overrides}))
 
     def make_optimizer(m: torch.nn.Module) -> torch.optim.Optimizer:
+        if job.optim is not None:
+            from shunter.jobspec import TrainingSpec
+            from trainer_core.optim import make_optimizer as from_spec
+
+            return from_spec(m, TrainingSpec(**{"learning_rate": LR, **job.optim}))
         return torch.optim.AdamW(m.parameters(), lr=LR)
 
     engine = build_engine(model, job.cfg, make_optimizer=make_optimizer, device=device)
@@ -125,6 +133,10 @@ def run_job(job: Job, device: torch.device) -> dict[str, Any]:
             if job.upload_to:
                 _upload(Path(job.save_dir), job.upload_to, job.block_size)
     elapsed = time.perf_counter() - start
+    if job.state_bytes_path and engine.dp_rank == 0:
+        from trainer_core.optim import optimizer_state_bytes
+
+        Path(job.state_bytes_path).write_text(str(optimizer_state_bytes(engine.optimizer)))
     if job.full_state_path:
         full = engine.full_state_dict()
         if full:
