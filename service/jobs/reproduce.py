@@ -33,6 +33,7 @@ from service.errors import Unprocessable
 from service.jobs.queries import visible_job
 from service.schemas import JobRecordRead
 from shunter.jobspec import FieldError, JobSpec, SpecError, check, fill_defaults, format_spec_errors
+from shunter.jobspec.dotted import set_dotted
 from shunter.provenance import code_version
 
 __all__ = [
@@ -128,23 +129,6 @@ def submit_record(spec: JobSpec) -> dict[str, Any]:
     }
 
 
-def _set_dotted(doc: dict[str, Any], key: str, value: Any) -> FieldError | None:
-    parts = key.split(".")
-    if not all(p.strip() for p in parts):
-        return FieldError(key or "overrides", "expected a dotted field name, e.g. training.seed")
-    node = doc
-    for i, part in enumerate(parts[:-1]):
-        child = node.get(part)
-        if child is None:
-            child = node[part] = {}
-        if not isinstance(child, dict):
-            where = ".".join(parts[: i + 1])
-            return FieldError(key, f"{where} is {child!r}, not a mapping: set {where} itself")
-        node = child
-    node[parts[-1]] = value
-    return None
-
-
 def clone_document(
     source: dict[str, Any],
     *,
@@ -164,9 +148,9 @@ def clone_document(
             "checkpoint": from_checkpoint,
         }
     for key, value in overrides.items():
-        error = _set_dotted(doc, key, value)
-        if error is not None:
-            errors.append(error)
+        problem = set_dotted(doc, key, value)
+        if problem is not None:
+            errors.append(FieldError(key or "overrides", problem))
     if errors:
         raise SpecError(errors)
     return doc

@@ -14,6 +14,8 @@ from typing import Any
 
 import yaml
 
+from shunter.jobspec.dotted import set_dotted
+
 __all__ = ["OverrideError", "apply_overrides", "parse_value"]
 
 _FLOAT = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)$")
@@ -39,17 +41,11 @@ def apply_overrides(spec: dict[str, Any], items: Iterable[str]) -> dict[str, Any
     out = copy.deepcopy(spec)
     for item in items:
         path, sep, raw = item.partition("=")
-        keys = path.strip().split(".")
-        if not sep or not all(keys):
-            raise OverrideError(f"--set {item!r}: expected dotted.path=value, e.g. training.seed=1")
-        node: Any = out
-        for i, key in enumerate(keys[:-1]):
-            child = node.get(key)
-            if child is None:
-                child = node[key] = {}
-            if not isinstance(child, dict):
-                where = ".".join(keys[: i + 1])
-                raise OverrideError(f"--set {item!r}: {where} is {child!r}, not a mapping")
-            node = child
-        node[keys[-1]] = parse_value(raw)
+        problem = (
+            set_dotted(out, path, parse_value(raw))
+            if sep and path.strip()
+            else "expected dotted.path=value, e.g. training.seed=1"
+        )
+        if problem is not None:
+            raise OverrideError(f"--set {item!r}: {problem}")
     return out

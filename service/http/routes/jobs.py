@@ -11,15 +11,15 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from service.errors import Unavailable
 from service.http import log_stream
-from service.http.deps import CurrentUser, Limit, StateDep, SubmitCtx
+from service.http.deps import AppState, CurrentUser, Limit, StateDep, SubmitCtx
 from service.jobs import logs as job_logs_domain
 from service.jobs import preemption, reproduce
 from service.jobs import queries as jobs
 from service.jobs.health_files import files_for
 from service.jobs.health_files import job_stacks as job_stacks_domain
 from service.jobs.queue_page import queue_page
+from service.jobs.submit import SubmitResult, submit_job
 from service.jobs.submit import dry_run as dry_run_job
-from service.jobs.submit import submit_job
 from service.schemas import (
     CheckpointsPage,
     CloneIn,
@@ -96,6 +96,12 @@ async def submit(
             ctx=ctx,
         )
     )
+    return _answer(st, response, result)
+
+
+def _answer(st: AppState, response: Response, result: SubmitResult) -> JobRead:
+    """A submit's (or clone's) answer: 201 and a scheduler wake-up for a new job, 200 for a
+    replay."""
     if result.created:
         st.wake_scheduler()
     response.status_code = 201 if result.created else 200
@@ -184,10 +190,7 @@ def clone_job(
         idempotency_key=idempotency_key,
         ctx=ctx,
     )
-    if result.created:
-        st.wake_scheduler()
-    response.status_code = 201 if result.created else 200
-    return result.job
+    return _answer(st, response, result)
 
 
 @router.post("/jobs/{job_id}/cancel", response_model=JobRead, responses=_ERRORS)
