@@ -154,6 +154,10 @@ def api(opts: Opts) -> Iterator[Client]:
         with Client(opts.url, opts.token) as client:
             yield client
     except ValidationError as e:
+        if not e.detail:  # not a spec's field list: an upload's file, named in the message
+            fail_invalid(
+                opts, e.message, e.body.get("detail") if isinstance(e.body, dict) else None
+            )
         fail_validation(opts, e.detail, e.message)
     except BadRequest as e:
         detail = e.body.get("detail") if isinstance(e.body, dict) else None

@@ -389,6 +389,7 @@ def _root_callback(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = 
 def register(app: typer.Typer) -> None:
     """Add the user-side commands (and ``admin``) to the root app."""
     from shunter.cli.admin import admin_app
+    from shunter.cli.data import data_app, models_app
     from shunter.cli.sweeps import sweep_app
     from shunter.cli.webhooks import webhooks_app
 
@@ -421,3 +422,5 @@ def register(app: typer.Typer) -> None:
     app.add_typer(admin_app, name="admin")
     app.add_typer(sweep_app, name="sweep")
     app.add_typer(webhooks_app, name="webhooks")
+    app.add_typer(data_app, name="data")
+    app.add_typer(models_app, name="models")

@@ -53,6 +53,7 @@ from shunter.client.models import (
     WebhookEndpoint,
     WhoAmI,
 )
+from shunter.client.objects import StoredObject, upload_parts
 from shunter.model_names import model_ref
 
 __all__ = ["Client", "SpecInput", "load_spec"]
@@ -602,6 +603,46 @@ class Client:
         """Send a delivery again now, under the same ``webhook-id``."""
         path = f"/v1/webhooks/deliveries/{delivery_id}/resend"
         return WebhookDelivery.model_validate(self._json("POST", path))
+
+    # -- datasets and base models in the store ------------------------------------------------
+
+    def _push(self, path: str, local: str | Path, name: str | None) -> StoredObject:
+        parts = upload_parts(Path(local))
+        try:
+            data = {"name": name} if name else {}
+            # Streamed from disk; no read/write timeout: a large model takes as long as it takes.
+            timeout = httpx.Timeout(self._http.timeout.connect, read=None, write=None, pool=None)
+            body = self._json("POST", path, files=parts, data=data, timeout=timeout)
+        finally:
+            for _, (_, handle) in parts:
+                handle.close()
+        return StoredObject.model_validate(body)
+
+    def push_dataset(self, local: str | Path, *, name: str | None = None) -> StoredObject:
+        """Upload a dataset file or folder (checked by the server: format, columns, rows)."""
+        return self._push("/v1/datasets", local, name)
+
+    def datasets(self) -> builtins.list[StoredObject]:
+        return list(self._pages("/v1/datasets", StoredObject, {}))
+
+    def dataset(self, dataset_id: str) -> StoredObject:
+        return StoredObject.model_validate(self._json("GET", f"/v1/datasets/{dataset_id}"))
+
+    def delete_dataset(self, dataset_id: str) -> None:
+        self._request("DELETE", f"/v1/datasets/{dataset_id}")
+
+    def push_model(self, local: str | Path, *, name: str | None = None) -> StoredObject:
+        """Upload an HF-layout model folder (config.json, *.safetensors, tokenizer files)."""
+        return self._push("/v1/models", local, name)
+
+    def uploaded_models(self) -> builtins.list[StoredObject]:
+        return list(self._pages("/v1/models/uploaded", StoredObject, {}))
+
+    def uploaded_model(self, model_id: str) -> StoredObject:
+        return StoredObject.model_validate(self._json("GET", f"/v1/models/{model_id}"))
+
+    def delete_model(self, model_id: str) -> None:
+        self._request("DELETE", f"/v1/models/{model_id}")
 
 
 def raise_for_response_stream(response: httpx.Response) -> None:
