@@ -7,8 +7,10 @@ Reads its identity from the environment the launcher set (``SHUNTER_API_URL``,
 2. reports ``running`` and starts the heartbeat thread (lease renewal; a ``cancel_requested``
    answer, a 409 fence or ``max_runtime_seconds`` ends this process, which ends its Ray job
    and, through Ray's ownership, the Train controller and workers);
-3. checks what can be checked cheaply before any worker starts (local dataset paths exist),
-   so a bad path fails at once as ``user_error`` instead of after ``max_restarts`` retries;
+3. checks what can be checked cheaply before any worker starts (local dataset paths exist,
+   stored objects' manifests match their digests), so a bad path fails at once as
+   ``user_error`` (a corrupt object as ``data_corrupt``) instead of after ``max_restarts``
+   retries;
 4. runs the Ray Train trainer's ``fit()`` (``TorchTrainer``'s data-parallel trainer with a
    torch-free backend, ``worker.ray_trainer``): ``ScalingConfig`` from ``resources``,
    ``RunConfig(name=<job id's output dir name>, storage_path=<its parent>)`` so the
@@ -54,6 +56,7 @@ __all__ = [
     "build_trainer",
     "main",
     "preflight",
+    "preflight_inputs",
     "warm_main",
 ]
 
@@ -119,6 +122,22 @@ def preflight(spec: JobSpec) -> ErrorInfo | None:
         path = src.path if src is not None else None
         if path and os.path.isabs(path) and not os.path.exists(path):
             return ErrorInfo(type="user_error", message=f"data.{split}.path does not exist: {path}")
+    return None
+
+
+def preflight_inputs(inputs: dict[str, Any] | None) -> ErrorInfo | None:
+    """The stored objects the job reads (``payload["inputs"]``) are there and their manifests
+    hash to the digests submit recorded: one small read each, before any worker starts (a
+    corrupt block is found where it is fetched, ``worker.object_cache``)."""
+    from worker.object_cache import DataCorrupt, ManifestSource
+
+    for ref, entry in sorted((inputs or {}).items()):
+        if not isinstance(entry, dict) or not entry.get("digest") or not entry.get("uri"):
+            continue  # a listed uri: checked file by file as it is fetched
+        try:
+            ManifestSource(str(entry["uri"]), name=ref, digest=str(entry["digest"])).manifest()
+        except DataCorrupt as e:
+            return classify(e)
     return None
 
 
@@ -277,7 +296,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
         max_runtime_s=remaining,
     )
     beat.start()
-    problem = preflight(spec)
+    problem = preflight(spec) or preflight_inputs(payload.get("inputs"))
     if problem is not None:
         api.status("failed", error=problem.as_dict())
         return 1

@@ -163,7 +163,15 @@ class NodeInputs:
         uri = storage.join(self.tokenized, key)
         if not storage.exists(storage.join(uri, MANIFEST)):
             return None
-        return self.cache.get(local_key, self._tok_source(key))
+        try:
+            return self.cache.get(local_key, self._tok_source(key))
+        except DataCorrupt as e:
+            # Derived data, not the team's: drop the bad copy (manifest first, so nobody
+            # reads it) and let this job build it again rather than fail every job on it.
+            log.warning("tokenised dataset %s is corrupt in the store; rebuilding: %s", key, e)
+            storage.delete_tree(storage.join(uri, MANIFEST))
+            storage.delete_tree(uri)
+            return None
 
     def _tok_source(self, key: str) -> ManifestSource:
         return ManifestSource(storage.join(self.tokenized or "", key), name=f"tokenized {key}")

@@ -153,3 +153,38 @@ def test_tokenised_data_is_claimed_published_and_fetched_through_the_bucket(
     assert got is not None
     assert (got / "data-00000-of-00001.arrow").read_bytes() == b"tokens" * 100
     assert b.cache.fetched_bytes == 602
+
+
+def test_the_driver_checks_stored_objects_before_workers_start(
+    s3: S3Server, root: str, tmp_path: Path
+) -> None:
+    from worker.driver import preflight_inputs
+
+    _, ds = _dataset(root, tmp_path)
+    assert preflight_inputs({"ds-ok": ds}) is None
+    assert preflight_inputs(None) is None
+    bucket, key = ds["uri"].removeprefix("s3://").split("/", 1)
+    s3.client().delete_object(Bucket=bucket, Key=f"{key}/manifest.json")
+    problem = preflight_inputs({"ds-gone": ds})
+    assert problem is not None and problem.type == "data_corrupt" and "ds-gone" in problem.message
+
+
+def test_the_training_function_reads_the_store_beside_the_jobs() -> None:
+    from worker.train_fn import _node_inputs
+
+    assert _node_inputs(None, None, "/st/job-1") is None  # a shared disk, no stored inputs
+    node = _node_inputs("s3://b/pre/job-1", None, "/tmp/stage/job-1/attempt-0")
+    assert node is not None and node.tokenized == "s3://b/pre/.cache/tokenized"
+    shared = _node_inputs(None, {"ds-a": {}}, "/st/job-1")
+    assert shared is not None and shared.tokenized == "/st/.cache/tokenized"
+
+
+def test_a_corrupt_tokenised_copy_is_dropped_not_fatal(root: str, tmp_path: Path) -> None:
+    a, b = _node(tmp_path, root, "a"), _node(tmp_path, root, "b")
+    built = tmp_path / "built"
+    built.mkdir()
+    (built / "data.arrow").write_bytes(b"tokens" * 100)
+    a.publish_tokenized("k2", built)
+    storage.write_bytes(storage.join(tokenized_root(root), "k2", "data.arrow"), b"x" * 600)
+    assert b.fetch_tokenized("k2") is None  # the job builds it again
+    assert storage.list_files(storage.join(tokenized_root(root), "k2")) == []
