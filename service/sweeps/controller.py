@@ -43,7 +43,7 @@ from service.db.engine import Database
 from service.db.models import Event, Job, Sweep, SweepTrial, utcnow_py
 from service.errors import Forbidden, IllegalTransition, Unprocessable
 from service.jobs.hub import policy_from_settings
-from service.jobs.submit import insert_job, team_checks
+from service.jobs.submit import attach_inputs, insert_job, team_checks
 from service.launch import Launcher
 from service.scheduler.leader import LeaderLease
 from service.sweeps.state import (
@@ -272,6 +272,12 @@ class SweepController:
         job = insert_job(
             session, principal=principal, resolved=resolved, storage=self.settings.storage
         )
+        attach_inputs(  # the trial keeps the datasets and models it reads (object_refs)
+            session,
+            job=job,
+            storage=self.settings.storage,
+            buckets=tuple(self.settings.data_buckets),
+        )
         session.add(
             SweepTrial(
                 sweep_id=sweep.id,
@@ -328,6 +334,8 @@ class SweepController:
             cluster=self.launcher.cluster(),
             allow_pickle_weights=self.settings.allow_pickle_weights,
             ecosystem=policy_from_settings(self.settings),
+            storage=self.settings.storage,
+            data_buckets=tuple(self.settings.data_buckets),
         )
 
     def _maybe_finish(self, session: Session, sweep_id: str, report: SweepTickReport) -> None:

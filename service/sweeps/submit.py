@@ -28,7 +28,7 @@ from service.db.engine import Database
 from service.db.models import Sweep
 from service.errors import Unprocessable
 from service.jobs.hub import EcosystemPolicy
-from service.jobs.submit import parse_document, team_checks, validate_document
+from service.jobs.submit import job_inputs, parse_document, team_checks, validate_document
 from service.launch import ClusterResources
 from shunter.jobspec import FieldError, JobSpec, format_spec_errors
 from shunter.jobspec.rules import best_metric_names, effective_eval_steps
@@ -68,6 +68,8 @@ class TrialChecks:
     cluster: ClusterResources | None  # None: never read; the scheduler checks the fit
     allow_pickle_weights: bool = False
     ecosystem: EcosystemPolicy | None = None
+    storage: str = ""  # the storage root: ds-/mdl- objects and its bucket (service.objects)
+    data_buckets: tuple[str, ...] = ()
 
 
 def check_trial(document: Any, checks: TrialChecks) -> JobSpec:
@@ -166,6 +168,15 @@ def create_sweep(
 
     def _team(resolved: dict[str, Any]) -> None:
         db.read(lambda s: team_checks(s, principal=principal, resolved=resolved))
+        db.read(  # the datasets and models it names exist, for the team, with the columns
+            lambda s: job_inputs(
+                s,
+                team=principal.team,
+                resolved=resolved,
+                storage=checks.storage,
+                buckets=checks.data_buckets,
+            )
+        )
 
     _team(base.model_dump(mode="json"))  # the team may submit at all (budget: 403 here)
     errors = _space_errors(spec, checks, _team)

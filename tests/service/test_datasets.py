@@ -232,3 +232,38 @@ def test_base_model_upload_is_checked(client: Any, make_token: Callable[..., str
     r = client.post("/v1/jobs", json=spec, headers=bearer(token))
     assert r.status_code == 201, r.text
     assert client.delete(f"/v1/models/{mdl['id']}", headers=bearer(token)).status_code == 204
+
+
+def test_a_sweep_checks_its_dataset_and_each_trial_keeps_it(
+    client: Any, make_token: Callable[..., str], db: Any, settings: Any, launcher: Any
+) -> None:
+    from service.sweeps.controller import SweepController
+
+    token = make_token("alpha")
+    ds = _push(client, token, {"train.tsv": TSV}).json()["id"]
+    space = {"training.learning_rate": {"type": "float", "low": 1e-5, "high": 1e-3, "log": True}}
+
+    def base(**data: Any) -> dict[str, Any]:
+        spec = _dataset_spec(ds, eval={"dataset": ds}, **data)
+        spec["training"] |= {"eval_strategy": "steps", "eval_steps": 2}
+        return spec
+
+    body = {
+        "name": "lr",
+        "base": base(label_field="score"),
+        "space": space,
+        "objective": "eval_accuracy",
+        "direction": "maximize",
+        "max_trials": 2,
+        "max_parallel": 2,
+        "sampler": "random",
+        "seed": 7,
+    }
+    r = client.post("/v1/sweeps", json=body, headers=bearer(token))
+    assert r.status_code == 422 and "'score' is not in dataset" in r.text, r.text
+    body["base"] = base()
+    r = client.post("/v1/sweeps", json=body, headers=bearer(token))
+    assert r.status_code in (200, 201), r.text
+    assert len(SweepController(settings, db, launcher).tick().sampled) == 2
+    refs = db.read(lambda s: list(s.execute(select(ObjectRef.object_id)).scalars()))
+    assert refs == [ds, ds]

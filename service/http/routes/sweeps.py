@@ -44,6 +44,8 @@ async def submit_sweep(request: Request, st: StateDep, user: CurrentUser) -> Swe
         cluster=seen.cluster,
         allow_pickle_weights=st.settings.allow_pickle_weights,
         ecosystem=policy_from_settings(st.settings),
+        storage=st.settings.storage,
+        data_buckets=tuple(st.settings.data_buckets),
     )
     content_type = request.headers.get("content-type")
 
