@@ -161,12 +161,13 @@ def _free_socket() -> socket.socket:
 
 @contextmanager
 def live_server(
-    tmp: Path, *, data_setup: Callable[[Path], object] | None = None
+    tmp: Path, *, data_setup: Callable[[Path], object] | None = None, **overrides: Any
 ) -> Iterator[LiveServer]:
     """Serve the real app on a free port until the block ends.
 
     The data root (``tmp/data``) holds ``train.tsv`` for :func:`valid_spec`, plus whatever
-    ``data_setup(root)`` writes.
+    ``data_setup(root)`` writes. ``overrides``: more ``Settings`` (a ``database_url``, shorter
+    leases).
     """
     from service.app import create_app
     from service.settings import Settings
@@ -178,7 +179,7 @@ def live_server(
         data_setup(data_root)
     sock = _free_socket()
     port = sock.getsockname()[1]
-    settings = Settings(
+    values: dict[str, Any] = dict(
         home=tmp / "home",
         launcher="memory",
         # As on a default server: $SHUNTER_HOME/data (the linked MiniLM model) is a root too.
@@ -191,6 +192,7 @@ def live_server(
         sse_poll_seconds=0.1,
         auth_cache_seconds=0,
     )
+    settings = Settings(**{**values, **overrides})
     # One roomy node: jobs that tests leave running must not make later tests' jobs queue.
     launcher = InMemoryLauncher(nodes=[NodeResources(
         node_id="local", address="127.0.0.1", alive=True,
