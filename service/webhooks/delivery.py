@@ -15,8 +15,9 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -41,6 +42,7 @@ __all__ = [
     "DeliveryWorker",
     "claim",
     "claim_due",
+    "claim_next",
     "deliver_due",
     "due_rows",
     "prune",
@@ -60,8 +62,11 @@ class DeliveryConfig:
     retry_delays_s: tuple[float, ...] = RETRY_DELAYS_S
     disable_after_failures: int = 20
     disable_after_s: float = 24 * 3600.0
-    batch: int = 20
+    batch: int = 20  # candidate rows read per pass
     senders: int = 4  # requests in flight at once per process
+    # A stream's head that failed this many attempts stops holding the job's later events
+    # (3: at once, 5 s, 5 min by the default schedule).
+    order_hold_attempts: int = 3
     resolve: Resolver | None = None  # None: the system resolver (tests inject one)
     keep_s: float = 30 * 24 * 3600.0  # finished rows older than this are deleted
     prune_every_s: float = 600.0
@@ -70,6 +75,12 @@ class DeliveryConfig:
     def lease_s(self) -> float:
         """How long a claim holds: well past one attempt's time bound."""
         return 3 * self.timeout_s + 30.0
+
+    @property
+    def per_endpoint(self) -> int:
+        """Requests in flight at once to one endpoint: all senders but one, so a slow or
+        dead endpoint never takes every sender from the others."""
+        return max(1, self.senders - 1)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DeliveryConfig:
@@ -109,9 +120,43 @@ def _free() -> ColumnElement[bool]:
     return or_(WebhookDelivery.claimed_until.is_(None), WebhookDelivery.claimed_until < utcnow())
 
 
-def due_rows(session: Session, *, limit: int) -> list[Sequence[Any]]:
-    """Up to ``limit`` due, unclaimed rows of enabled endpoints (oldest due first): a plain
-    read, so an idle poll takes no write lock."""
+def due_rows(session: Session, *, limit: int, hold_attempts: int = 3) -> list[Sequence[Any]]:
+    """Up to ``limit`` due, unclaimed rows of enabled endpoints that may go now: a plain read,
+    so an idle poll takes no write lock.
+
+    Order per job: the pending rows of one (endpoint, job) form a stream sent in row order
+    (the order its events were written), one at a time. Only a stream's head may go; a head
+    that is in flight (claimed) or backing off holds the rest back, until it has failed
+    ``hold_attempts`` attempts: then it leaves the stream (it and the other such rows form
+    a second stream of their own) so one undeliverable event cannot hold a job's later ones
+    for 72 h. Fairness: the heads are dealt round-robin across endpoints (each endpoint's
+    oldest due head first), so a backlog on one endpoint or one job delays no other, and a
+    new job's head goes in the next pass whatever a long-running job has queued."""
+    d = WebhookDelivery
+    released = d.attempts >= hold_attempts
+    pos = (
+        func.row_number()
+        .over(partition_by=(d.endpoint_id, d.job_id, released), order_by=d.id)
+        .label("pos")
+    )
+    streams = select(d.id.label("id"), pos).where(d.status == "pending").subquery()
+    heads = (
+        select(
+            d.id.label("id"),
+            func.row_number()
+            .over(partition_by=d.endpoint_id, order_by=(d.next_attempt_at, d.id))
+            .label("turn"),
+        )
+        .join(streams, streams.c.id == d.id)
+        .join(WebhookEndpoint, WebhookEndpoint.id == d.endpoint_id)
+        .where(
+            streams.c.pos == 1,
+            d.next_attempt_at <= utcnow(),
+            WebhookEndpoint.disabled_at.is_(None),
+            _free(),
+        )
+        .subquery()
+    )
     previous = case(
         (WebhookEndpoint.previous_secret_until > utcnow(), WebhookEndpoint.previous_secret),
         else_=None,
@@ -119,23 +164,18 @@ def due_rows(session: Session, *, limit: int) -> list[Sequence[Any]]:
     return list(
         session.execute(
             select(
-                WebhookDelivery.id,
-                WebhookDelivery.msg_id,
-                WebhookDelivery.endpoint_id,
+                d.id,
+                d.msg_id,
+                d.endpoint_id,
                 WebhookEndpoint.url,
-                WebhookDelivery.body,
-                WebhookDelivery.attempts,
+                d.body,
+                d.attempts,
                 WebhookEndpoint.secret,
                 previous,
             )
-            .join(WebhookEndpoint, WebhookEndpoint.id == WebhookDelivery.endpoint_id)
-            .where(
-                WebhookDelivery.status == "pending",
-                WebhookDelivery.next_attempt_at <= utcnow(),
-                WebhookEndpoint.disabled_at.is_(None),
-                _free(),
-            )
-            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
+            .join(heads, heads.c.id == d.id)
+            .join(WebhookEndpoint, WebhookEndpoint.id == d.endpoint_id)
+            .order_by(heads.c.turn, d.next_attempt_at, d.id)
             .limit(limit)
         ).all()
     )
@@ -174,9 +214,12 @@ def claim(session: Session, rows: Sequence[Sequence[Any]], *, lease_s: float) ->
     return claimed
 
 
-def claim_due(session: Session, *, limit: int, lease_s: float) -> list[Claimed]:
+def claim_due(
+    session: Session, *, limit: int, lease_s: float, hold_attempts: int = 3
+) -> list[Claimed]:
     """``due_rows`` then ``claim`` in one session."""
-    return claim(session, due_rows(session, limit=limit), lease_s=lease_s)
+    rows = due_rows(session, limit=limit, hold_attempts=hold_attempts)
+    return claim(session, rows, lease_s=lease_s)
 
 
 def send(c: Claimed, *, config: DeliveryConfig, client: httpx.Client) -> AttemptResult:
@@ -318,33 +361,63 @@ def prune(session: Session, *, keep_s: float, limit: int = 1000) -> int:
     return len(ids)
 
 
-def deliver_due(db: Database, *, config: DeliveryConfig, client: httpx.Client) -> int:
-    """One pass: claim, send (``config.senders`` at once), record. Returns rows attempted."""
-    rows = db.read(lambda s: due_rows(s, limit=config.batch))
+def _pick(
+    rows: Sequence[Sequence[Any]], *, free: int, busy: Mapping[str, int], cap: int
+) -> list[Sequence[Any]]:
+    """Up to ``free`` of ``rows`` (in their order), at most ``cap`` in flight per endpoint
+    counting the ``busy`` ones already sending."""
+    taken: Counter[str] = Counter(busy)
+    picked: list[Sequence[Any]] = []
+    for row in rows:
+        if len(picked) >= free:
+            break
+        if taken[row[2]] < cap:
+            taken[row[2]] += 1
+            picked.append(row)
+    return picked
+
+
+def _attempt(db: Database, c: Claimed, *, config: DeliveryConfig, client: httpx.Client) -> None:
+    result = send(c, config=config, client=client)
+    kind = db.write(lambda s: record(s, c, result, config=config))
+    log.info("webhook %s to %s: %s (%s)", c.msg_id, c.endpoint_id, kind, result.status_code)
+
+
+def claim_next(
+    db: Database, *, config: DeliveryConfig, free: int, busy: Mapping[str, int] | None = None
+) -> list[Claimed]:
+    """Claim up to ``free`` rows that may go now (``due_rows``), at most
+    ``config.per_endpoint`` in flight per endpoint including ``busy``."""
+    if free <= 0:
+        return []
+    rows = db.read(
+        lambda s: due_rows(s, limit=config.batch, hold_attempts=config.order_hold_attempts)
+    )
+    rows = _pick(rows, free=free, busy=busy or {}, cap=config.per_endpoint)
     if not rows:
-        return 0
-    claimed = db.write(lambda s: claim(s, rows, lease_s=config.lease_s))
-    if not claimed:  # another sender took them first
-        return 0
+        return []
+    return db.write(lambda s: claim(s, rows, lease_s=config.lease_s))
 
-    def _one(c: Claimed) -> None:
-        result = send(c, config=config, client=client)
-        kind = db.write(lambda s: record(s, c, result, config=config))
-        log.info("webhook %s to %s: %s (%s)", c.msg_id, c.endpoint_id, kind, result.status_code)
 
+def deliver_due(db: Database, *, config: DeliveryConfig, client: httpx.Client) -> int:
+    """One pass: claim, send (``config.senders`` at once), record. Returns rows attempted.
+    (The thread, ``DeliveryWorker``, does not wait for a whole pass: it claims again as
+    each request ends.)"""
+    claimed = claim_next(db, config=config, free=config.senders)
     if len(claimed) == 1 or config.senders == 1:
         for c in claimed:
-            _one(c)
-    else:
+            _attempt(db, c, config=config, client=client)
+    elif claimed:
         with ThreadPoolExecutor(max_workers=min(config.senders, len(claimed))) as pool:
-            list(pool.map(_one, claimed))
+            list(pool.map(lambda c: _attempt(db, c, config=config, client=client), claimed))
     return len(claimed)
 
 
 @dataclass(kw_only=True)
 class DeliveryWorker:
-    """The thread: ``deliver_due`` every ``interval_s``, at once again after a full batch,
-    and as soon as a commit in this process queued deliveries (``outbox.waker``)."""
+    """The thread: up to ``config.senders`` requests in flight; it claims again as soon as
+    one ends, when a commit in this process queued deliveries (``outbox.waker``), and every
+    ``interval_s`` (rows other processes queued, retries coming due)."""
 
     db: Database
     config: DeliveryConfig
@@ -365,19 +438,41 @@ class DeliveryWorker:
 
     def _run(self) -> None:
         pruned_at = 0.0
-        with _client() as client:
+        in_flight: dict[Future[None], str] = {}  # request -> its endpoint
+        with (
+            _client() as client,
+            ThreadPoolExecutor(
+                max_workers=self.config.senders, thread_name_prefix="webhook-send"
+            ) as pool,
+        ):
             while not self._stop.is_set():
-                self._wake.clear()  # a commit from here on wakes the wait below
+                self._wake.clear()  # a commit or an ended request from here on wakes below
+                for done in [f for f in in_flight if f.done()]:
+                    del in_flight[done]
                 if time.monotonic() - pruned_at > self.config.prune_every_s:
                     pruned_at = time.monotonic()
                     self._prune()
                 try:
-                    done = deliver_due(self.db, config=self.config, client=client)
+                    claimed = claim_next(
+                        self.db,
+                        config=self.config,
+                        free=self.config.senders - len(in_flight),
+                        busy=Counter(in_flight.values()),
+                    )
                 except Exception:  # a database hiccup must not end the thread
                     log.exception("webhook delivery pass failed")
-                    done = 0
-                if done < self.config.batch:
-                    self._wake.wait(self.interval_s)
+                    claimed = []
+                for c in claimed:
+                    future = pool.submit(self._one, c, client)
+                    in_flight[future] = c.endpoint_id
+                    future.add_done_callback(lambda _f: self._wake.set())
+                self._wake.wait(self.interval_s)
+
+    def _one(self, c: Claimed, client: httpx.Client) -> None:
+        try:
+            _attempt(self.db, c, config=self.config, client=client)
+        except Exception:  # the claim expires and the row goes again
+            log.exception("webhook %s: recording the attempt failed", c.msg_id)
 
     def _prune(self) -> None:
         try:

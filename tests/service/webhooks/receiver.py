@@ -1,6 +1,7 @@
 """A real webhook receiver for tests: an HTTP server on 127.0.0.1 that records every POST
 (headers and body) and answers ``status`` (200 by default; a 3xx carries a Location to
 ``/elsewhere``). ``drip``: after the status line, send a byte every 50 ms without end.
+``answer``: when set, called with (headers, body) of each POST to choose its status instead.
 ``stop()`` closes the port (the receiver is down); ``start()`` listens again on it."""
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -20,6 +22,7 @@ class Receiver:
         self.tls = tls
         self.status = status
         self.drip = False
+        self.answer: Callable[[dict[str, str], bytes], int] | None = None
         self.received: list[tuple[dict[str, str], bytes]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -36,10 +39,12 @@ class Receiver:
             def do_POST(self) -> None:
                 length = int(self.headers.get("content-length", "0"))
                 body = self.rfile.read(length)
+                headers = {k.lower(): v for k, v in self.headers.items()}
                 with owner._lock:
-                    owner.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
-                self.send_response(owner.status)
-                if 300 <= owner.status < 400:
+                    owner.received.append((headers, body))
+                status = owner.status if owner.answer is None else owner.answer(headers, body)
+                self.send_response(status)
+                if 300 <= status < 400:
                     self.send_header("location", "/elsewhere")
                 if owner.drip:
                     self.send_header("content-length", str(10**9))
