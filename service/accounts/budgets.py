@@ -23,6 +23,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Attempt, Job, Team
+from service.db.sqltime import as_utc
 from service.schemas import Budget, BudgetRead
 
 __all__ = [
@@ -35,11 +36,6 @@ __all__ = [
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _utc(t: datetime) -> datetime:
-    """SQLite returns naive datetimes; they are UTC."""
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 def usage_seconds(
@@ -72,8 +68,8 @@ def usage_seconds(
     ).all()
     gpu_s = cpu_s = 0.0
     for started, ended, workers, cpw, gpw in rows:
-        lo = max(_utc(started), start)
-        hi = min(_utc(ended) if ended is not None else until, until)
+        lo = max(as_utc(started), start)
+        hi = min(as_utc(ended) if ended is not None else until, until)
         seconds = max((hi - lo).total_seconds(), 0.0)
         gpu_s += seconds * workers * gpw
         cpu_s += seconds * workers * cpw
@@ -89,7 +85,7 @@ def _add_months(t: datetime, months: int) -> datetime:
 
 def current_period(*, period: str, starts: datetime, now: datetime) -> tuple[datetime, datetime]:
     """The period [lo, hi) holding ``now``; before ``starts``, the first period."""
-    starts = _utc(starts)
+    starts = as_utc(starts)
     if period == "week":
         k = max(int((now - starts) // timedelta(days=7)), 0)
         lo = starts + timedelta(days=7 * k)
@@ -145,7 +141,7 @@ def budget_read(session: Session, team: Team, *, now: datetime) -> BudgetRead | 
         gpu_hours=team.budget_gpu_hours,
         cpu_hours=team.budget_cpu_hours,
         period=team.budget_period,
-        starts=_utc(team.budget_starts),
+        starts=as_utc(team.budget_starts),
         mode=team.budget_mode or "hard",
         period_start=lo,
         period_end=hi,

@@ -11,13 +11,28 @@ Rendered per dialect:
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, overload
 
 from sqlalchemy import DateTime
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-__all__ = ["utcnow", "utcnow_plus"]
+__all__ = ["as_utc", "utcnow", "utcnow_plus"]
+
+
+@overload
+def as_utc(t: datetime) -> datetime: ...
+@overload
+def as_utc(t: None) -> None: ...
+@overload
+def as_utc(t: datetime | None) -> datetime | None: ...
+def as_utc(t: datetime | None) -> datetime | None:
+    """A time read back from the database as an aware UTC one: SQLite returns naive
+    datetimes, and they are UTC (``service.db.models``). None stays None."""
+    if t is None or t.tzinfo is not None:
+        return t
+    return t.replace(tzinfo=UTC)
 
 
 class utcnow(FunctionElement[Any]):

@@ -12,6 +12,7 @@ from sqlalchemy import select
 from service.accounts.auth import Principal, require_admin
 from service.db.engine import Database
 from service.db.models import Job
+from service.db.sqltime import as_utc
 from service.errors import Conflict, NotFound
 from service.housekeeping.retention import JobAge, expired
 from service.jobs.delete import delete_job
@@ -42,7 +43,7 @@ def run_gc(
             select(Job.id, Job.status, Job.finished_at).where(Job.finished_at.is_not(None))
         ).all()
     )
-    ages = [JobAge(r.id, r.status, _utc(r.finished_at)) for r in rows]
+    ages = [JobAge(r.id, r.status, as_utc(r.finished_at)) for r in rows]
     ids = expired(ages, now=now, older_than=older_than)
     deleted: list[str] = []
     if not dry_run:
@@ -53,10 +54,3 @@ def run_gc(
                 continue  # resumed or deleted since the read: not ours to take
             deleted.append(job_id)
     return GcResult(job_ids=ids, deleted=deleted, dry_run=dry_run)
-
-
-def _utc(value: datetime | None) -> datetime | None:
-    # SQLite returns naive datetimes; they are UTC (service.db.models).
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value

@@ -31,16 +31,13 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Attempt, Event, Job, SchedulerLease, Team
+from service.db.sqltime import as_utc
 from shunter.jobspec.vocab import ACTIVE_STATUSES
 
 __all__ = ["SchedulingCollector"]
 
 _WAIT_BUCKETS = (10.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
 _RUNNING = tuple(sorted(ACTIVE_STATUSES))
-
-
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 class SchedulingCollector(Collector):
@@ -120,7 +117,7 @@ class SchedulingCollector(Collector):
             .join(Attempt, Attempt.job_id == Job.id)
             .where(Attempt.number == 1, Attempt.started_at > since)
         ).all()
-        waits = [(_utc(b) - _utc(a)).total_seconds() for a, b in rows]
+        waits = [(as_utc(b) - as_utc(a)).total_seconds() for a, b in rows]
         buckets = [(f"{b:g}", sum(1 for w in waits if w <= b)) for b in _WAIT_BUCKETS]
         buckets.append(("+Inf", len(waits)))
         return HistogramMetricFamily(

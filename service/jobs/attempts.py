@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, update
@@ -17,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.accounts.auth import hash_token
 from service.db.models import Attempt, Checkpoint, Event, Job, MetricPoint, utcnow_py
+from service.db.sqltime import as_utc
 from service.errors import Unauthorized
 from service.jobs.confine import confined
 from service.jobs.phases import PhaseMark, record_phase
@@ -87,10 +87,6 @@ def attempt_spec(
     )
 
 
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
 def _runtime_used(session: Session, *, job_id: str, before: int) -> float:
     """Seconds the job's earlier attempts ran (claim to end): max_runtime_seconds counts run
     time across attempts, and time queued between attempts (after a preemption) is not run."""
@@ -102,7 +98,7 @@ def _runtime_used(session: Session, *, job_id: str, before: int) -> float:
     total = 0.0
     for start, end in rows:
         if end is not None:
-            total += max(0.0, (_utc(end) - _utc(start)).total_seconds())
+            total += max(0.0, (as_utc(end) - as_utc(start)).total_seconds())
     return total
 
 

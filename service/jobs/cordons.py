@@ -7,23 +7,18 @@ Written by the straggler watch (``service.jobs.straggler``); read by
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, require_admin
 from service.db.models import NodeCordon
+from service.db.sqltime import as_utc
 from service.errors import NotFound
 from service.schemas import NodeCordonRead
 
 __all__ = ["lift_cordon", "list_nodes"]
-
-
-def _utc(t: datetime | None) -> datetime | None:
-    if t is None or t.tzinfo is not None:
-        return t
-    return t.replace(tzinfo=UTC)  # SQLite gives naive UTC back
 
 
 def list_nodes(session: Session, *, principal: Principal, now: datetime) -> list[NodeCordonRead]:
@@ -31,7 +26,7 @@ def list_nodes(session: Session, *, principal: Principal, now: datetime) -> list
     require_admin(principal)
     out = []
     for row in session.execute(select(NodeCordon).order_by(NodeCordon.node_id)).scalars():
-        until = _utc(row.cordoned_until)
+        until = as_utc(row.cordoned_until)
         out.append(
             NodeCordonRead(
                 node_id=row.node_id,
@@ -40,7 +35,7 @@ def list_nodes(session: Session, *, principal: Principal, now: datetime) -> list
                 cordoned_until=until,
                 flags=row.flags,
                 total_flags=row.total_flags,
-                last_flagged_at=_utc(row.last_flagged_at),
+                last_flagged_at=as_utc(row.last_flagged_at),
                 last_job_id=row.last_job_id,
                 reason=row.reason,
             )

@@ -51,7 +51,7 @@ from sqlalchemy.orm import Session
 from service.db.changes import KeptRows
 from service.db.engine import Database
 from service.db.models import ACTIVE, Attempt, Event, Job, MetricPoint
-from service.db.sqltime import utcnow_plus
+from service.db.sqltime import as_utc, utcnow_plus
 from service.errors import IllegalTransition
 from service.jobs.hang_rule import (
     StepTimes,
@@ -74,10 +74,6 @@ _WATCHED = (str(JobStatus.STARTING), str(JobStatus.RUNNING))
 # An attempt is silent after this share of its lease without a heartbeat (two missed beats
 # at the defaults: SHUNTER_HEARTBEAT_S 5, SHUNTER_LEASE_SECONDS 30).
 _SILENT_FRACTION = 1 / 3
-
-
-def _utc(t: datetime) -> datetime:
-    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,8 +168,8 @@ def _watched(session: Session, rows: Sequence[Any], specs: dict[str, SpecBits]) 
                 job_id=r[0],
                 attempt=r[1],
                 submission_id=r[2],
-                launched_at=_utc(r[3]),
-                updated_at=_utc(r[4]),
+                launched_at=as_utc(r[3]),
+                updated_at=as_utc(r[4]),
                 has_step=bool(r[5]),
                 step=r[6],
                 step_time_s=float(step_time) if isinstance(step_time, int | float) else None,
@@ -344,7 +340,7 @@ class HangWatch:
             .join(Attempt, (Attempt.job_id == Job.id) & (Attempt.number == w.attempt))
             .where(Job.id == w.job_id)
         ).first()
-        if now is None or now[1] != ACTIVE or _utc(now[0]) != w.updated_at:
+        if now is None or now[1] != ACTIVE or as_utc(now[0]) != w.updated_at:
             return False  # a step (or an end) reached the service during the dump
         step = w.step if w.has_step else None
         earlier = _earlier_hangs(session, w.job_id)

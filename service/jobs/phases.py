@@ -15,12 +15,13 @@ previous phase this attempt recorded, or for the first one from when the job las
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db.models import Event, Job, utcnow_py
+from service.db.sqltime import as_utc
 from service.jobs.states import fence_attempt
 
 __all__ = ["PHASES", "WORKER_PHASES", "PhaseMark", "add_worker_phase", "record_phase"]
@@ -35,10 +36,6 @@ class PhaseMark:
     seconds: float  # since the previous phase (>= 0)
 
 
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
 def record_phase(
     session: Session, *, job_id: str, attempt: int, phase: str, at: datetime | None = None
 ) -> PhaseMark | None:
@@ -47,13 +44,13 @@ def record_phase(
     if phase not in PHASES:
         raise ValueError(f"unknown phase {phase!r}; one of {PHASES}")
     now = utcnow_py()
-    at = min(_utc(at), now) if at is not None else now
+    at = min(as_utc(at), now) if at is not None else now
     rows = session.execute(
         select(Event.message, Event.time).where(
             Event.job_id == job_id, Event.attempt == attempt, Event.type == "phase"
         )
     ).all()
-    done = {message.split(":", 1)[0]: _utc(t) for message, t in rows}
+    done = {message.split(":", 1)[0]: as_utc(t) for message, t in rows}
     if phase in done:
         return None
     prev_name, prev_at = "queued", _queued_at(session, job_id)
@@ -62,7 +59,7 @@ def record_phase(
             prev_name, prev_at = name, done[name]
     created = session.execute(select(Job.created_at).where(Job.id == job_id)).scalar_one()
     seconds = max(0.0, (at - prev_at).total_seconds())
-    since_submit = max(0.0, (at - _utc(created)).total_seconds())
+    since_submit = max(0.0, (at - as_utc(created)).total_seconds())
     session.add(
         Event(
             job_id=job_id,
@@ -84,7 +81,7 @@ def _queued_at(session: Session, job_id: str) -> datetime:
     ).scalar_one_or_none()
     if got is None:
         got = session.execute(select(Job.created_at).where(Job.id == job_id)).scalar_one()
-    return _utc(got)
+    return as_utc(got)
 
 
 def add_worker_phase(

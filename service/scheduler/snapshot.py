@@ -12,14 +12,14 @@ attempts are stamped with; each running job's expected end is computed again fro
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.db import changes
 from service.db.models import Team
-from service.db.sqltime import utcnow
+from service.db.sqltime import as_utc, utcnow
 from service.launch import ClusterResources
 from service.policy import capacity
 from service.policy.eta import running_end
@@ -30,12 +30,9 @@ from service.scheduler.usage import Usage
 __all__ = ["build_snapshot", "db_now"]
 
 
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
 def db_now(session: Session) -> datetime:
-    return _utc(session.execute(select(utcnow())).scalar_one())
+    now: datetime = session.execute(select(utcnow())).scalar_one()
+    return as_utc(now)
 
 
 def _active_jobs(rows: JobRows, now: datetime) -> list[ActiveJob]:
@@ -53,7 +50,7 @@ def _active_jobs(rows: JobRows, now: datetime) -> list[ActiveJob]:
                 built[r.entry.job_id] = got
                 continue
         current = r.current
-        started = _utc(current.started_at) if current is not None else now
+        started = as_utc(current.started_at) if current is not None else now
         steps_left = None
         if r.row.progress_total_steps is not None:
             steps_left = r.row.progress_total_steps - (r.row.progress_step or 0)

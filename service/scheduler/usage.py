@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from service.db.changes import ChangeCursor
 from service.db.models import Attempt, Job
+from service.db.sqltime import as_utc
 from service.launch import ClusterResources
 from service.policy.fairshare import RunInterval, decayed_average, dominant_share
 
@@ -31,10 +32,6 @@ _CHUNK = 5000  # bounded IN lists
 
 # attempt id -> (team, its run interval, when it ended)
 _Attempts = dict[int, tuple[str, RunInterval, datetime | None]]
-
-
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
 
 
 def _read(
@@ -65,11 +62,11 @@ def _read(
             rows += conn.execute(stmt.where(Attempt.job_id.in_(ordered[k : k + _CHUNK])))
     out: dict[str, _Attempts] = defaultdict(dict)
     for job_id, aid, team, started, ended, n, cpw, gpw in rows:
-        end = None if ended is None else _utc(ended)
+        end = None if ended is None else as_utc(ended)
         out[job_id][aid] = (
             team,
             RunInterval(
-                start_s=_utc(started).timestamp(),
+                start_s=as_utc(started).timestamp(),
                 end_s=None if end is None else end.timestamp(),
                 cpus=n * cpw,
                 gpus=n * gpw,
