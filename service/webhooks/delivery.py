@@ -7,6 +7,11 @@ request's time bound. A process killed between the send and the record sends the
 after the claim expires, under the same ``webhook-id``: receivers de-duplicate on it, as
 Standard Webhooks says. Each attempt re-checks the URL (``ssrf``), connects to the address
 it checked, follows no redirect, and reads at most ``max_response_bytes`` of the answer.
+
+Order and fairness (``due_rows``): one job's rows to one endpoint go in row order, one at a
+time, and the heads of these streams are dealt round-robin across endpoints, so a backlog
+delays no other job or endpoint. The thread keeps ``senders`` requests in flight and claims
+again as each ends; at most ``senders - 1`` go to one endpoint.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from sqlalchemy.orm import Session
 
 from service.db.engine import Database
 from service.db.models import WebhookDelivery, WebhookEndpoint
-from service.db.sqltime import utcnow, utcnow_plus
+from service.db.sqltime import as_utc, utcnow, utcnow_plus
 from service.settings import Settings
 from service.webhooks.outbox import waker
 from service.webhooks.policy import RETRY_DELAYS_S, classify, next_delay, should_disable
@@ -270,10 +275,6 @@ def _drain(resp: httpx.Response, *, limit: int, deadline: float) -> None:
         return
 
 
-def _aware(value: datetime | None) -> datetime | None:
-    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
-
-
 def record(session: Session, c: Claimed, result: AttemptResult, *, config: DeliveryConfig) -> str:
     """Write one attempt's outcome (only while the claim is still ours); return its kind."""
     outcome = classify(result.status_code, result.error)
@@ -329,8 +330,8 @@ def _endpoint_health(
     now = session.execute(select(utcnow())).scalar_one()
     if row is not None and should_disable(
         failures=row[0],
-        failing_since=_aware(row[1]),
-        now=_aware(now) or datetime.now(UTC),
+        failing_since=as_utc(row[1]),
+        now=as_utc(now) or datetime.now(UTC),
         after_failures=config.disable_after_failures,
         after_s=config.disable_after_s,
     ):
