@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from service.db.sqltime import as_utc
 from shunter.jobspec.plan import Plan
 from shunter.jobspec.vocab import Priority, WebhookEventType
 
@@ -75,7 +76,7 @@ __all__ = [
 
 
 def _as_utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return as_utc(value).astimezone(UTC)  # naive (SQLite) is UTC; aware ones are converted
 
 
 Utc = Annotated[datetime, AfterValidator(_as_utc)]

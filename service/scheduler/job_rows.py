@@ -18,7 +18,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import func, select
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from service.db.changes import ChangeCursor
 from service.db.models import ACTIVE, Attempt, Job, MetricPoint
+from service.db.sqltime import as_utc
 from service.jobs.states import ACTIVE_STATES, JobStatus
 from service.policy.snapshot import ActiveJob, QueueEntry, queue_entry
 
@@ -72,10 +73,6 @@ _ATTEMPT_COLUMNS = (
 _CHUNK = 5000  # bounded IN lists
 
 
-def _utc(t: datetime) -> datetime:
-    return t.replace(tzinfo=UTC) if t.tzinfo is None else t
-
-
 class Stored(NamedTuple):
     """A job's queue columns as the scheduler last saw them: read with its row, then as it
     wrote them (``JobRows.wrote``). Writes of only these columns are not stamped (only the
@@ -110,8 +107,8 @@ def _stored(row: Any) -> Stored:
         status=str(row.status),
         queue_position=row.queue_position,
         pending_reason=row.pending_reason,
-        estimated_start_at=None if start is None else _utc(start),
-        estimated_end_at=None if end is None else _utc(end),
+        estimated_start_at=None if start is None else as_utc(start),
+        estimated_end_at=None if end is None else as_utc(end),
         queue_stale=bool(row.queue_stale),
     )
 
@@ -124,7 +121,7 @@ def _entry(row: Any, *, run_s: float, queued_since: datetime | None) -> QueueEnt
         team=row.team,
         priority=row.priority,
         gang=row,
-        created_at=_utc(row.created_at),
+        created_at=as_utc(row.created_at),
         queued_since=queued_since,
         max_runtime_s=float(runtime) if runtime is not None else None,
         run_s=run_s,
@@ -134,8 +131,8 @@ def _entry(row: Any, *, run_s: float, queued_since: datetime | None) -> QueueEnt
 
 def _job_row(row: Any, attempts: Sequence[Any], rate: float | None, old: JobRow | None) -> JobRow:
     done = [a for a in attempts if a.status != ACTIVE and a.ended_at is not None]
-    run_s = sum((_utc(a.ended_at) - _utc(a.started_at)).total_seconds() for a in done)
-    last_end = max((_utc(a.ended_at) for a in done), default=None)
+    run_s = sum((as_utc(a.ended_at) - as_utc(a.started_at)).total_seconds() for a in done)
+    last_end = max((as_utc(a.ended_at) for a in done), default=None)
     key = (tuple(row[: len(_POLICY_COLUMNS)]), run_s, last_end)
     if old is not None and old.key == key:
         entry = old.entry
@@ -177,7 +174,7 @@ def _step_rates(session: Session, current: Mapping[str, int]) -> dict[str, float
                 continue
             if lo is None or hi is None or hi <= lo or t0 is None or t1 is None:
                 continue
-            seconds = (_utc(t1) - _utc(t0)).total_seconds()
+            seconds = (as_utc(t1) - as_utc(t0)).total_seconds()
             if seconds > 0:
                 out[job_id] = (hi - lo) / seconds
     return out
