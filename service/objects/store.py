@@ -163,11 +163,15 @@ def create_object(
         else model_facts(folder, allow_pickle_weights=allow_pickle_weights)
     )
     digest, _ = publish_object(folder, root)
-    return db.write(
-        lambda session: add_object(
-            session, principal=principal, kind=kind, name=name, digest=digest, facts=facts
+    try:
+        return db.write(
+            lambda session: add_object(
+                session, principal=principal, kind=kind, name=name, digest=digest, facts=facts
+            )
         )
-    )
+    except Exception:
+        collect_garbage(db, root=root, digests=[digest])  # no row names it: its bytes go
+        raise
 
 
 def add_object(
@@ -386,8 +390,8 @@ def resolve_inputs(
                 "kind": "dataset",
                 "format": fmt,
                 "delimiter": delimiter,
-                "file": row.files[0],
-                "files": list(row.files),
+                # One file: the path a job reads; a folder (shards): the object's directory.
+                "file": row.files[0] if len(row.files) == 1 else None,
             }
         elif source.uri is not None:
             loc = f"data.{name}.uri"
@@ -429,7 +433,6 @@ def resolve_inputs(
                 "uri": object_uri(root, row.digest),
                 "digest": row.digest,
                 "kind": "model",
-                "files": list(row.files),
             }
         elif value.startswith("s3://"):
             problem = _bucket_error(loc, value, buckets, root)
@@ -438,7 +441,13 @@ def resolve_inputs(
             elif not storage.exists(storage.join(value, "config.json")):
                 errors.append(FieldError(loc, f"no config.json under {value} (an HF folder)"))
             else:
-                inputs[value] = {"kind": "uri", "uri": value.rstrip("/")}
+                base = value.rstrip("/")
+                listed = storage.list_files(base)
+                inputs[value] = {
+                    "kind": "uri",
+                    "uri": base,
+                    "files": [{"uri": f"{base}/{rel}", "size": size} for rel, size in listed],
+                }
     return inputs, errors
 
 

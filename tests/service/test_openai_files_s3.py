@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from openai import OpenAI
 from s3_server import S3Server, aws_env, running_s3
-from svc_helpers import bearer, claim, internal
+from svc_helpers import bearer, claim, internal, tiny_spec
 
 import storage
 from storage.manifest import MANIFEST
@@ -69,3 +69,68 @@ def test_files_and_fine_tuning_on_s3(
 
     assert c.files.delete(f.id).deleted
     assert storage.exists(storage.join(obj, MANIFEST))  # the job still uses it
+
+
+@pytest.fixture
+def data_bucket(s3: S3Server) -> str:
+    return s3.bucket("data-" + secrets.token_hex(4))
+
+
+def test_bucket_uris_are_checked_at_submit(
+    make_settings: Callable[..., Any],
+    s3: S3Server,
+    data_bucket: str,
+    tmp_path: Any,
+) -> None:
+    """``data.train.uri`` must lie in a bucket the server allows (SHUNTER_DATA_BUCKETS) and
+    match files; a parquet's columns are checked; the job's inputs list the files."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from service.app import create_app
+
+    pq.write_table(pa.table({"sentence": ["a", "b"], "label": [0, 1]}), tmp_path / "p.parquet")
+    for name in ("a.parquet", "b.parquet"):
+        storage.write_bytes(
+            f"s3://{data_bucket}/films/{name}", (tmp_path / "p.parquet").read_bytes()
+        )
+    other = s3.bucket("other-" + secrets.token_hex(4))
+    storage.write_bytes(f"s3://{other}/films/a.parquet", (tmp_path / "p.parquet").read_bytes())
+    allowed = make_settings(storage=f"s3://{other}-x/shunter", data_buckets=[data_bucket])
+    from fastapi.testclient import TestClient
+
+    from service.launch import InMemoryLauncher
+
+    with TestClient(create_app(allowed, launcher=InMemoryLauncher())) as c2:
+        admin = allowed.admin_token_path.read_text().strip()
+
+        def spec(uri: str, **data: Any) -> dict[str, Any]:
+            s = tiny_spec("uri")
+            s["data"] = {
+                "train": {"uri": uri},
+                "text_field": "sentence",
+                "label_field": "label",
+                **data,
+            }
+            return s
+
+        r = c2.post("/v1/jobs", json=spec(f"s3://{other}/films/*.parquet"), headers=bearer(admin))
+        assert r.status_code == 422 and f"bucket {other!r} is not one" in r.text, r.text
+        r = c2.post(
+            "/v1/jobs", json=spec(f"s3://{data_bucket}/nothing/*.parquet"), headers=bearer(admin)
+        )
+        assert r.status_code == 422 and "no files match" in r.text, r.text
+        uri = f"s3://{data_bucket}/films/*.parquet"
+        r = c2.post("/v1/jobs", json=spec(uri, label_field="score"), headers=bearer(admin))
+        assert r.status_code == 422 and "'score' is not in file" in r.text, r.text
+        r = c2.post("/v1/jobs", json=spec(uri), headers=bearer(admin))
+        assert r.status_code == 201, r.text
+        appdb = c2.app.state.shunter.db  # type: ignore[attr-defined]
+        n, t = claim(appdb, r.json()["id"])
+        payload = c2.get(internal(r.json()["id"], n, "spec"), headers=bearer(t)).json()
+        entry = payload["inputs"][uri]
+        assert entry["kind"] == "uri" and entry["format"] == "parquet"
+        assert [f["uri"] for f in entry["files"]] == [
+            f"s3://{data_bucket}/films/a.parquet",
+            f"s3://{data_bucket}/films/b.parquet",
+        ]
