@@ -25,8 +25,8 @@ ENV PYTHONUNBUFFERED=1 PATH=/opt/venv/bin:$PATH HF_HOME=/var/cache/huggingface \
     RAY_AUTH_MODE=token
 RUN groupadd --system --gid 10001 ray \
  && useradd --system --uid 10001 --gid ray --home-dir /home/ray --create-home ray \
- && mkdir -p /var/cache/huggingface /storage \
- && chown ray:ray /var/cache/huggingface /storage
+ && mkdir -p /var/cache/huggingface /var/cache/shunter /storage \
+ && chown ray:ray /var/cache/huggingface /var/cache/shunter /storage
 COPY --from=build /opt/venv /opt/venv
 COPY --from=build /app /app
 WORKDIR /app

@@ -60,9 +60,28 @@ def test_compose_topology_and_safe_defaults() -> None:
     assert "--port=6380" in head_cmd and "6379" not in head_cmd  # a Redis may hold 6379
     assert "--address=ray-head:6380" in " ".join(s["ray-worker"]["command"])
     assert s["ray-worker-gpu"]["profiles"] == ["gpu"]
+    # Storage is the bucket (issue #28): no volume written by one container and read by
+    # another; each Ray container's caches are its own (anonymous volumes).
+    assert env["SHUNTER_STORAGE"].startswith("s3://") and "minio-init" in s["api"]["depends_on"]
     for name in ("api", "ray-head", "ray-worker", "ray-worker-gpu"):
-        assert "storage:/storage" in s[name]["volumes"]  # one shared storage path everywhere
-    assert {"pgdata", "storage", "hf-cache"} <= set(c["volumes"])
+        named = [v.split(":")[0] for v in s[name]["volumes"] if ":" in v]
+        writable = [v for v in s[name]["volumes"] if ":" in v and not v.endswith(":ro")]
+        assert "storage" not in named and "hf-cache" not in named, name
+        assert all(v.split(":")[0] in ("shunter-home",) for v in writable), name
+    assert {"pgdata", "minio-data"} <= set(c["volumes"]) and "storage" not in c["volumes"]
+
+
+def test_chart_asks_for_no_shared_volume() -> None:
+    """The default chart stores in a bucket: no PersistentVolumeClaim but PostgreSQL's own
+    (ReadWriteOnce); the HF and object caches are per node (emptyDir or hostPath)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert values["storage"]["uri"].startswith("s3://")
+    assert "existingClaim" not in values["hfCache"] and "size" not in values["hfCache"]
+    templates = CHART / "templates"
+    assert "ReadWriteMany" not in (templates / "pvc.yaml").read_text()
+    assert "if and (not .Values.storage.uri)" in (templates / "pvc.yaml").read_text()
+    ray = (templates / "raycluster.yaml").read_text()
+    assert "shunter.nodeDir" in ray and "persistentVolumeClaim" in ray  # only without a bucket
 
 
 def test_dockerfiles_copy_existing_paths_run_non_root_and_pin_ray_nowhere() -> None:
