@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 from service.db.models import Job
 from service.policy.snapshot import PRIORITY_RANK
 from service.schemas import JobError, JobRead, Progress
+from shunter.jobspec.vocab import priority_rank
 
 __all__ = ["first_queue_position", "get_job_row", "job_read"]
 
@@ -31,7 +32,7 @@ def first_queue_position(session: Session, *, job_id: str, priority: str) -> int
     waited) every queued job of its class or a higher one has waited longer, so it goes right
     behind them; the queued jobs of lower classes move back one. The next scheduler tick
     replaces every position with the full plan's (fair share included)."""
-    rank = PRIORITY_RANK.get(priority, 1)
+    rank = priority_rank(priority)
     ahead_classes = [name for name, r in PRIORITY_RANK.items() if r <= rank]
     queued = (Job.status == "queued", Job.id != job_id)
     # Counted on the (status, priority) index alone (an id filter would read every row);

@@ -54,7 +54,7 @@ from shunter.jobspec.errors import FieldError
 from shunter.jobspec.models import is_store_ref
 from shunter.jobspec.parse import BodyError, parse_body
 from shunter.jobspec.plan import plan_for
-from shunter.jobspec.vocab import PRIORITY_RANK
+from shunter.jobspec.vocab import priority_rank
 
 __all__ = [
     "Submission",
@@ -196,7 +196,7 @@ def _check_priority(session: Session, *, principal: Principal, priority: str) ->
     team = session.get(Team, principal.team)
     if principal.is_admin or team is None:
         return
-    if PRIORITY_RANK.get(priority, 1) < PRIORITY_RANK.get(team.max_priority, 1):
+    if priority_rank(priority) < priority_rank(team.max_priority):
         raise Forbidden(
             f"priority: {priority!r} is above team {team.name!r}'s max_priority "
             f"{team.max_priority!r}; submit at {team.max_priority!r} or lower, or ask an admin "

@@ -62,6 +62,7 @@ from service.policy.snapshot import (
     TeamState,
     TeamUsage,
 )
+from shunter.jobspec.vocab import priority_rank
 
 __all__ = [
     "POLICIES",
@@ -401,7 +402,11 @@ class _Pass:
         without: dict[tuple[str, float, float], tuple[float, float]] = {}
         for a in self.snap.active:
             v = a.entry
-            if a.preempting or not v.preemptible or _rank(v) < _rank(gang):
+            if (
+                a.preempting
+                or not v.preemptible
+                or priority_rank(v.priority) < priority_rank(gang.priority)
+            ):
                 continue
             if a.started_at <= gang.waiting_since:  # it did not go ahead of the holder
                 continue
@@ -414,11 +419,8 @@ class _Pass:
                     without[size] = self.key_without(a)
                 mine, theirs = without[size], theirs_fair
             # Behind it in order, as it was queued (its own waiting time, not a new one).
-            behind = _rank(v) > _rank(gang) or (mine, v.waiting_since, v.job_id) > (
-                theirs,
-                gang.waiting_since,
-                gang.job_id,
-            )
+            later = (mine, v.waiting_since, v.job_id) > (theirs, gang.waiting_since, gang.job_id)
+            behind = priority_rank(v.priority) > priority_rank(gang.priority) or later
             if behind:
                 out.add(v.job_id)
         return out
@@ -684,10 +686,6 @@ class _Pass:
         return []
 
 
-def _rank(e: QueueEntry) -> int:
-    return PRIORITY_RANK.get(e.priority, 1)
-
-
 def _reserve(
     entry: QueueEntry, snap: Snapshot, holders: Sequence[Holder], evict: set[str]
 ) -> Reservation:
@@ -717,7 +715,7 @@ def _borrows(
     return (
         rules.by_reservation
         and entry.preemptible
-        and _rank(entry) >= _rank(reservation.entry)
+        and priority_rank(entry.priority) >= priority_rank(reservation.entry.priority)
         and (start is None or (start - now).total_seconds() >= rules.min_runtime_s)
     )
 

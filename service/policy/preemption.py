@@ -27,7 +27,8 @@ from datetime import datetime
 
 from service.policy.capacity import NodeFree, pack, place_gang
 from service.policy.fairshare import dominant_share
-from service.policy.snapshot import PRIORITY_RANK, ActiveJob, QueueEntry
+from service.policy.snapshot import ActiveJob, QueueEntry
+from shunter.jobspec.vocab import priority_rank
 
 __all__ = [
     "PREEMPT_FAIR_SHARE",
@@ -62,10 +63,6 @@ class PreemptRules:
     by_reservation: bool = True
 
 
-def _rank(e: QueueEntry) -> int:
-    return PRIORITY_RANK.get(e.priority, 1)
-
-
 def _cause(
     job: QueueEntry,
     victim: ActiveJob,
@@ -77,11 +74,19 @@ def _cause(
     job_share: float,
 ) -> str | None:
     v = victim.entry
-    if victim.preempting or not v.preemptible or (v.team == job.team and _rank(v) <= _rank(job)):
+    if (
+        victim.preempting
+        or not v.preemptible
+        or (v.team == job.team and priority_rank(v.priority) <= priority_rank(job.priority))
+    ):
         return None
-    if rules.by_priority and _rank(v) > _rank(job):
+    if rules.by_priority and priority_rank(v.priority) > priority_rank(job.priority):
         return PREEMPT_PRIORITY
-    if not rules.by_fair_share or _rank(v) < _rank(job) or v.team == job.team:
+    if (
+        not rules.by_fair_share
+        or priority_rank(v.priority) < priority_rank(job.priority)
+        or v.team == job.team
+    ):
         return None
     if (now - victim.started_at).total_seconds() < rules.min_runtime_s:
         return None
@@ -126,7 +131,7 @@ def choose_victims(
     candidates = sorted(
         (a for a in running if a.entry.job_id in causes),
         key=lambda a: (
-            -_rank(a.entry),
+            -priority_rank(a.entry.priority),
             -(shares.get(a.entry.team, 0.0) - fair.get(a.entry.team, 0.0)),
             -a.started_at.timestamp(),
             a.entry.job_id,
@@ -185,7 +190,7 @@ def reclaim_victims(
             for a in running
             if a.entry.job_id in evictable and (now - a.started_at).total_seconds() >= min_runtime_s
         ),
-        key=lambda a: (-_rank(a.entry), -a.started_at.timestamp(), a.entry.job_id),
+        key=lambda a: (-priority_rank(a.entry.priority), -a.started_at.timestamp(), a.entry.job_id),
     )
     chosen: set[str] = set()
     for a in candidates:

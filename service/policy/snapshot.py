@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from service.policy.capacity import Gang, NodeFree
-from shunter.jobspec.vocab import PRIORITY_RANK  # lower rank = more important
+from shunter.jobspec.vocab import PRIORITY_RANK, priority_rank  # lower rank = more important
 
 if TYPE_CHECKING:
     from service.policy.queue_index import QueueIndex
@@ -67,7 +67,7 @@ class QueueEntry:
     def order_key(self) -> tuple[int, datetime, str]:
         """(class rank, waiting since, id): the order that does not depend on the teams;
         kept on the entry (an entry is rebuilt when it queues again)."""
-        return (PRIORITY_RANK.get(self.priority, 1), self.waiting_since, self.job_id)
+        return (priority_rank(self.priority), self.waiting_since, self.job_id)
 
 
 def queue_entry(

@@ -38,7 +38,6 @@ from service.policy.plan import PolicyConfig, plan
 from service.policy.preemption import PreemptRules
 from service.policy.queue_index import QueueIndex
 from service.policy.snapshot import (
-    PRIORITY_RANK,
     ActiveJob,
     QueueEntry,
     Snapshot,
@@ -47,6 +46,7 @@ from service.policy.snapshot import (
     queue_entry,
 )
 from service.scheduler.sim_report import Interval, summarize
+from shunter.jobspec.vocab import priority_rank
 
 __all__ = ["SimConfig", "SimJob", "SimTeam", "simulate"]
 
@@ -102,10 +102,6 @@ class SimConfig:
     # Plan only at ticks where some decision could change (``_Sim._quiet``); the decisions
     # are the same as planning at every tick (tested), only faster.
     skip_quiet_ticks: bool = True
-
-
-def _rank(priority: str) -> int:
-    return PRIORITY_RANK.get(priority, 1)
 
 
 class _Shape(NamedTuple):
@@ -340,8 +336,10 @@ class _Sim:
         rules = self.policy.preempt
         running = [self.state[i] for i in self.running]
         if rules.by_priority and self.queued:
-            first = _rank(self.state[self.queued[0]].priority)  # the queue is in class order
-            if any(st.job.preemptible and _rank(st.priority) > first for st in running):
+            first = priority_rank(
+                self.state[self.queued[0]].priority
+            )  # the queue is in class order
+            if any(st.job.preemptible and priority_rank(st.priority) > first for st in running):
                 return False
         if rules.by_fair_share:
             demanding = set(+self.queued_teams) | {st.job.team for st in running}
@@ -371,7 +369,7 @@ class _Sim:
                 j = st.job
                 group = (
                     _Shape(j.num_workers, j.cpus_per_worker, j.gpus_per_worker),
-                    _rank(st.priority),
+                    priority_rank(st.priority),
                 )
                 if not st.fits_ever or group in seen:
                     continue
@@ -383,7 +381,7 @@ class _Sim:
                     borrower = (
                         r.job.preemptible
                         and (r.attempt_start or 0.0) > st.queued_since
-                        and _rank(r.priority) >= group[1]
+                        and priority_rank(r.priority) >= group[1]
                     )
                     if not (gone or borrower):
                         cpus -= r.job.num_workers * r.job.cpus_per_worker
@@ -587,7 +585,7 @@ class _Sim:
     def _capped(self, j: SimJob) -> str:
         """A priority above the team's max_priority is refused live (403); here, capped."""
         cap = self.teams[j.team].max_priority
-        return cap if PRIORITY_RANK.get(j.priority, 1) < PRIORITY_RANK.get(cap, 1) else j.priority
+        return cap if priority_rank(j.priority) < priority_rank(cap) else j.priority
 
     def _tick(self, new: Sequence[str]) -> None:
         t0 = time.perf_counter()

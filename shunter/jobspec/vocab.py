@@ -21,6 +21,7 @@ __all__ = [
     "JobStatusName",
     "Priority",
     "WebhookEventType",
+    "priority_rank",
 ]
 
 # paused: checkpointed and held on request (``POST /v1/jobs/{id}/pause``) until resumed.
@@ -47,6 +48,12 @@ Priority = Literal["low", "normal", "high"]
 PRIORITIES: tuple[str, ...] = get_args(Priority)
 # Scheduling order: a lower rank is placed first.
 PRIORITY_RANK: Mapping[str, int] = {"high": 0, "normal": 1, "low": 2}
+
+
+def priority_rank(priority: str) -> int:
+    """A priority's scheduling rank (lower is placed first); an unknown one ranks as normal."""
+    return PRIORITY_RANK.get(priority, PRIORITY_RANK["normal"])
+
 
 # Webhook event types (``notify:`` in the spec, a team's endpoints, the deliveries).
 WebhookEventType = Literal[
