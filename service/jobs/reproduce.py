@@ -34,6 +34,7 @@ from service.jobs.queries import visible_job
 from service.schemas import JobRecordRead
 from shunter.jobspec import FieldError, JobSpec, SpecError, check, fill_defaults, format_spec_errors
 from shunter.jobspec.dotted import set_dotted
+from shunter.jobspec.models import DataSource, is_store_ref
 from shunter.provenance import code_version
 
 __all__ = [
@@ -91,6 +92,8 @@ def _location(value: str | None) -> dict[str, Any] | None:
     its other files listed by name and size), or a hub id."""
     if value is None:
         return None
+    if is_store_ref(value):  # its digest is in the job's inputs (job_record adds it)
+        return {"object": value}
     path = Path(value)
     if not path.is_absolute():
         return {"hub": value}
@@ -112,13 +115,21 @@ def _location(value: str | None) -> dict[str, Any] | None:
     return {"path": value}
 
 
+def _source(source: DataSource) -> dict[str, Any] | None:
+    if source.path is not None:
+        return _location(source.path)
+    if source.dataset is not None or source.uri is not None:
+        return {"object": source.dataset or source.uri}
+    return {"hub": source.hub, "config": source.config, "split": source.split}
+
+
 def submit_record(spec: JobSpec) -> dict[str, Any]:
     """The reproduction record of a checked, resolved spec, as the service sees it at submit."""
     data: dict[str, Any] = {}
     for name, source in (("train", spec.data.train), ("eval", spec.data.eval)):
         if source is None:
             continue
-        data[name] = _location(source.path) if source.path else {"hub": source.hub}
+        data[name] = _source(source)
     model = spec.model
     return {
         "code_version": code_version(),
@@ -162,8 +173,13 @@ def job_spec(session: Session, *, principal: Principal, job_id: str) -> dict[str
 
 
 def job_record(session: Session, *, principal: Principal, job_id: str) -> JobRecordRead:
+    """``GET /v1/jobs/{id}/record``: the record, with the digests of the stored objects the
+    job reads (``jobs.inputs``, resolved at submit) under ``inputs``."""
     job = visible_job(session, principal=principal, job_id=job_id)
-    return JobRecordRead(job_id=job.id, record=job.record)
+    if job.record is None:
+        return JobRecordRead(job_id=job.id, record=None)
+    digests = {ref: (entry or {}).get("digest") for ref, entry in (job.inputs or {}).items()}
+    return JobRecordRead(job_id=job.id, record={**job.record, "inputs": digests})
 
 
 def clone_spec(

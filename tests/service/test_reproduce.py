@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from service.jobs.reproduce import HASH_MAX_BYTES
+from service.jobs.reproduce import HASH_MAX_BYTES, submit_record
+from shunter.jobspec import JobSpec
 from shunter.jobspec.models import TASKS
 from tests.service.svc_helpers import bearer, claim, internal, submit, tiny_spec
 
@@ -249,3 +250,13 @@ def test_the_record_keeps_versions_hashes_seed_and_the_runs_packages(
     record = client.get(f"/v1/jobs/{job['id']}/record", headers=bearer(admin_token)).json()
     assert record["record"]["run"] == {"attempt": number, **versions}
     assert record["record"]["seed"] == 7  # the submit's part is kept
+
+
+def test_the_record_names_stored_objects_and_hub_data_without_reading_them() -> None:
+    spec = tiny_spec()
+    spec["data"]["train"] = {"dataset": "ds-0123456789abcdef"}
+    spec["data"]["eval"] = {"hub": "nyu-mll/glue", "config": "sst2", "split": "validation"}
+    record = submit_record(JobSpec.model_validate(spec))
+    assert record["data"]["train"] == {"object": "ds-0123456789abcdef"}
+    hub = {"hub": "nyu-mll/glue", "config": "sst2", "split": "validation"}
+    assert record["data"]["eval"] == hub
