@@ -5,7 +5,9 @@ directory, as nodes with private disks do."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -138,3 +140,51 @@ def test_a_lapsed_claim_is_taken_over(tmp_path: Path) -> None:
     with b.claim_tokenized("k") as mine_b:
         assert mine_b
     assert not claim.exists()
+
+
+def _rank(rank: int, port: int, tmp: str, data: str) -> None:
+    """One rank of a 2-node job (each rank its own node: LOCAL_RANK 0, its own cache)."""
+    import json as _json
+
+    import torch.distributed as dist
+
+    os.environ.update(
+        RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        HF_HUB_OFFLINE="1",
+    )
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    tok = build_tokenizer(ModelConfig(name_or_path=MINILM, task="causal-lm"))
+    builds: list[int] = []
+    real = data_mod._tokenize
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        builds.append(1)
+        return real(*args, **kwargs)
+
+    data_mod._tokenize = counting
+    node = _node(Path(tmp), f"node-{rank}")
+    ds = _load(Path(tmp), node, Path(data), tok, max_length=16)
+    rows = [[int(t) for t in r] for r in ds["input_ids"]]
+    result = {"builds": len(builds), "rows": rows, "fetched": node.cache.fetched_bytes}
+    Path(tmp, f"rank-{rank}.json").write_text(_json.dumps(result))
+    dist.barrier()
+    sys.stdout.flush()
+    os._exit(0)  # no interpreter teardown under a live gloo group (see the strategies harness)
+
+
+def test_two_nodes_build_once_and_each_fetches_its_copy(tmp_path: Path) -> None:
+    """Global rank 0 builds and publishes; the other node's local rank 0 does not tokenise:
+    after the barrier it fetches the store's copy through its own node cache."""
+    import torch.multiprocessing as mp
+    from tc_helpers import free_port
+
+    data = _corpus(tmp_path / "corpus.txt")
+    mp.spawn(_rank, args=(free_port(), str(tmp_path), str(data)), nprocs=2, join=True)
+    r0, r1 = (json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in (0, 1))
+    assert (r0["builds"], r1["builds"]) == (1, 0)
+    assert r0["rows"] == r1["rows"]
+    assert r0["fetched"] == 0 and r1["fetched"] > 0  # rank 0's copy adopted, node 1 fetched
