@@ -6,8 +6,13 @@ registered after Ray has committed the report of every rank: its step (from rank
 metrics), its directory (an ``s3://`` URI on object storage, verified by reading the stored
 objects: ``verify_stored``), size in bytes, rank 0's metrics, and whether its manifest verifies
 (``trainer_core.manifest.verify_checkpoint``: every file's size and SHA-256; it imports no
-torch, which this process otherwise never needs). An API error is logged, never raised: a
-callback exception would fail the training run.
+torch, which this process otherwise never needs). The registration is queued in a
+``worker.outbox.PostOutbox`` (on disk, bounded, in order) and sent from its thread, so an API
+that is away (its database restarting, this node cut off from it) neither loses it nor
+stalls training: it lands when the API answers (the service keeps one row per step, so a
+repeat is harmless). When training ends (``after_controller_finish``) the outbox is flushed
+(bounded) before ``fit()`` returns, so the driver's final status never overtakes it. Nothing
+is raised from here: a callback exception would fail the training run.
 
 ``RestartWatch`` turns Ray Train's own restarts of the worker group (``FailureConfig``: a worker
 died, e.g. SIGKILL or a lost node) into API events: the lost worker's rank and node, the cause,
@@ -22,14 +27,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from ray.train import Checkpoint, UserCallback
-from ray.train.v2._internal.execution.callback import ReportCallback, WorkerGroupCallback
+from ray.train.v2._internal.execution.callback import (
+    ControllerCallback,
+    ReportCallback,
+    WorkerGroupCallback,
+)
 
 import storage
 from worker.internal_api import ApiError, InternalApi
+from worker.outbox import PostOutbox
 
 __all__ = ["ApiCallback", "RestartWatch", "dir_bytes", "verify_stored"]
 
@@ -40,18 +51,39 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-class ApiCallback(UserCallback):
+# How long the end of training waits for registrations still queued (the API away).
+FINISH_FLUSH_S = 300.0
+
+
+def outbox_path(job_id: str, attempt: int) -> Path:
+    """This attempt's checkpoint outbox on the controller's node."""
+    return Path(tempfile.gettempdir()) / "shunter-outbox" / f"{job_id}-{attempt}.jsonl"
+
+
+class ApiCallback(UserCallback, ControllerCallback):
     def __init__(self, *, api_url: str, token: str, job_id: str, attempt: int) -> None:
         self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
-        self._api: InternalApi | None = None
+        self._path = outbox_path(job_id, attempt)
+        self._outbox: PostOutbox | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"_args": self._args, "_api": None}  # httpx clients do not pickle
+        # Threads and httpx clients do not pickle: the controller opens its own.
+        return {"_args": self._args, "_path": self._path, "_outbox": None}
 
-    def _client(self) -> InternalApi:
-        if self._api is None:
-            self._api = InternalApi(**self._args)  # type: ignore[arg-type]
-        return self._api
+    def _queue(self) -> PostOutbox:
+        if self._outbox is None:
+            api = InternalApi(**self._args)  # type: ignore[arg-type]
+            self._outbox = PostOutbox(api, path=self._path)
+        return self._outbox
+
+    def after_controller_finish(self, result: Any) -> None:
+        if self._outbox is not None and not self._outbox.flush(FINISH_FLUSH_S):
+            log.warning(
+                "%d checkpoint registrations not delivered in %.0f s (kept in %s)",
+                self._outbox.pending(),
+                FINISH_FLUSH_S,
+                self._path,
+            )
 
     def after_report(
         self,
@@ -73,16 +105,15 @@ class ApiCallback(UserCallback):
         if problem is not None:
             log.warning("checkpoint %s does not verify: %s", uri, problem)
         numeric = {k: float(v) for k, v in rank0.items() if isinstance(v, int | float)}
-        try:
-            self._client().checkpoint(
-                step=step,
-                uri=uri,
-                nbytes=nbytes,
-                metrics=numeric,
-                verified=problem is None,
-            )
-        except ApiError as e:
-            log.warning("checkpoint %s not registered: %s", uri, e)
+        body = {
+            "step": step,
+            "uri": uri,
+            "bytes": nbytes,
+            "metrics": numeric,
+            "verified": problem is None,
+        }
+        if not self._queue().put("checkpoints", body):
+            log.warning("checkpoint %s not registered: the outbox is full", uri)
 
 
 def verify_stored(uri: str) -> str | None:
