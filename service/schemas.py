@@ -127,6 +127,8 @@ class JobRead(_Out):
     # The scheduler's ETAs (each tick): a queued job's start, by running the same policy
     # forward; a running job's end, from its step rate and max_runtime. None = unknown.
     estimated_start_at: Utc | None = None
+    # The late end of the start's range: about 9 in 10 queued jobs start by then.
+    estimated_start_p90_at: Utc | None = None
     estimated_end_at: Utc | None = None
     # A queued job: when the scheduler computed its position, reason and ETA; ``stale``
     # when the last tick did not reach it (deeper than SHUNTER_SCHEDULER_MAX_PLAN_DEPTH).
@@ -262,6 +264,7 @@ class QueueItem(_Out):
     created_at: Utc | None = None
     pending_reason: str | None = None
     estimated_start_at: Utc | None = None
+    estimated_start_p90_at: Utc | None = None  # the range's late end (9 in 10 start by it)
     estimated_at: Utc | None = None  # when position, reason and ETA were computed
     estimate_stale: bool = False  # the last tick did not reach it: they are older
     num_workers: int

@@ -258,6 +258,8 @@ class Job(Base):
     # so a GET reads them instead of re-deriving the queue order. 1-based; None unless queued.
     queue_position: Mapped[int | None] = mapped_column(Integer)
     estimated_start_at: Mapped[datetime | None] = mapped_column()
+    # The late end of the start's range: 9 in 10 jobs start by then (issue 30, migration 0020).
+    estimated_start_p90_at: Mapped[datetime | None] = mapped_column()
     estimated_end_at: Mapped[datetime | None] = mapped_column()
     # When the scheduler last computed the position, reason and ETA of this queued job, and
     # whether the last tick did not reach it (past SHUNTER_SCHEDULER_MAX_PLAN_DEPTH: it keeps

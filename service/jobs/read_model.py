@@ -88,6 +88,7 @@ def job_read(
         else None,
         pending_reason=job.pending_reason if queued else None,
         estimated_start_at=job.estimated_start_at if queued else None,
+        estimated_start_p90_at=job.estimated_start_p90_at if queued else None,
         estimated_end_at=job.estimated_end_at if not queued else None,
         estimated_at=job.estimated_at if queued else None,
         estimate_stale=bool(job.queue_stale) if queued else False,

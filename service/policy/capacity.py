@@ -267,6 +267,10 @@ class FreeBuckets:
                     break
         return chosen if len(chosen) == k else None
 
+    def max_gpus(self) -> float:
+        """The most GPUs free on one node (0 with no nodes)."""
+        return self._keys[-1][0] if self._keys else 0.0
+
     def set(self, i: int, *, cpus: float, gpus: float) -> None:
         """Node ``i`` now has ``cpus`` and ``gpus`` free."""
         old = (self.gpus[i], self.cpus[i])

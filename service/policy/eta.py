@@ -20,12 +20,23 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from service.policy.capacity import EPS, FreeBuckets, NodeFree, pack
 from service.policy.plan import Plan, PolicyConfig, bound_end, plan
 from service.policy.snapshot import ActiveJob, QueueEntry, Snapshot, TeamQuota, TeamUsage
 
-__all__ = ["EtaModel", "RuntimeModel", "estimate_ranges", "estimate_starts", "running_end"]
+__all__ = [
+    "LONG_WAIT_S",
+    "Eta",
+    "EtaModel",
+    "RuntimeHistory",
+    "RuntimeModel",
+    "WaitHistory",
+    "estimate_ranges",
+    "estimate_starts",
+    "running_end",
+]
 
 
 def running_end(
@@ -220,6 +231,8 @@ def _over_quota(e: QueueEntry, usage: TeamUsage, quota: TeamQuota | None) -> boo
 # -- honest ETAs (issue 30): expected run times, backfill, a p90 ------------------------------
 
 _MIN_SAMPLES = 8  # finished jobs a team needs before its own history is used (else pooled)
+_MIN_CALIBRATION = 20  # started jobs before the p90 scale is learned from their waits
+LONG_WAIT_S = 600.0  # predicted waits the calibration learns from (shorter ones are noise)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -263,12 +276,40 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class EtaModel:
-    """The two runs behind a range: ``p50`` with the mean fractions, ``p90`` with the
-    ``p90_q`` quantile of them (every job ahead running that long: late, and the run time of
-    the few jobs just ahead is what a start near the head depends on)."""
+    """What the estimates learn online. ``runtime``: how long attempts hold capacity.
+    ``wait_ratios``: per team, for its recently started jobs, the actual wait ÷ the wait
+    the forward run predicted at their first estimate (counted from when it was made; only
+    predictions of at least ``LONG_WAIT_S``): what the forward run cannot see (fair-share
+    preemption, arrivals ahead in the fair order, priorities) shows as a bias per team. A
+    predicted wait is scaled by their median (the estimate) and their ``p90_q`` quantile
+    (the p90), once a team (else all teams pooled) has ``_MIN_CALIBRATION`` of them; until
+    then the estimate is the forward run's and the p90 scales it by the team's ``p90_q``
+    quantile of run-time fractions ÷ their mean (every job ahead running that long)."""
 
     runtime: RuntimeModel = field(default_factory=RuntimeModel)
-    p90_q: float = 0.75
+    wait_ratios: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    p90_q: float = 0.9
+
+    def scales(self, team: str) -> tuple[float, float]:
+        """(estimate, p90) multipliers of a predicted wait for ``team``."""
+        own = self.wait_ratios.get(team, ())
+        xs = (
+            own
+            if len(own) >= _MIN_CALIBRATION
+            else [x for v in self.wait_ratios.values() for x in v]
+        )
+        if len(xs) >= _MIN_CALIBRATION:
+            mid = _quantile(xs, 0.5)
+            return mid, max(_quantile(xs, self.p90_q), mid, 1.0)
+        mean = self.runtime.fraction(team, None)
+        late = self.runtime.fraction(team, self.p90_q) / mean if mean > 0 else 1.0
+        return 1.0, max(late, 1.0)
+
+
+class Eta(NamedTuple):
+    start: datetime  # the estimate
+    p90: datetime  # 9 in 10 start by then
+    predicted: datetime  # the forward run's start, before calibration (what it learns from)
 
 
 def estimate_ranges(
@@ -278,31 +319,39 @@ def estimate_ranges(
     plan_now: Plan | None = None,
     model: EtaModel | None = None,
     want: Collection[str] | None = None,
-) -> dict[str, tuple[datetime, datetime]]:
-    """Job id -> (estimated start, p90 start) for the queued jobs that get one.
+) -> dict[str, Eta]:
+    """Job id -> its ``Eta`` (estimate, p90, the forward run's prediction), for the queued
+    jobs that get one.
 
-    One forward run per bound over the plan's order, work-conserving as the policy is: at
-    each expected end the earliest job in order that fits starts (EASY backfill and
-    borrowing fill capacity the head cannot use), and the first job in order that does not
-    fit holds a reservation on the nodes that free up soonest for it (nothing else starts
-    there until it does). Jobs end at their expected end, not their bound: a running job's
-    step rate when known, else its limit x the team's run time ÷ limit (``RuntimeModel``);
-    a queued job likewise once started. The p90 run holds every job to the ``p90_q``
-    quantile of those fractions."""
+    One forward run over the plan's order, work-conserving as the policy is: at each
+    expected end the earliest job in order that fits starts, and the first job in order
+    that does not fit holds a reservation on the nodes that free up soonest for it (EASY:
+    what starts there must end before, or leave it what it needs). Jobs end at their
+    expected end, not their bound: a running job's step rate when known, else its limit x
+    the team's attempts' run time ÷ limit (``RuntimeModel``); a queued job likewise once
+    started. The p90: the predicted wait x ``EtaModel.p90_scale``."""
     p = plan_now if plan_now is not None else plan(snap, cfg)
     m = model or EtaModel()
     queue = p.in_order()
     if want is not None:
-        now: dict[str, tuple[datetime, datetime]] = {}
+        now: dict[str, Eta] = {}
         for d in p.decisions:
             if not d.start_now:
                 break
-            now[d.entry.job_id] = (snap.now, snap.now)
+            now[d.entry.job_id] = Eta(snap.now, snap.now, snap.now)
         if all(i in now for i in want):
             return {i: now[i] for i in want}
-    mid = _Backfill(snap, m.runtime, None).run(queue, want=want)
-    late = _Backfill(snap, m.runtime, m.p90_q).run(queue, want=want)
-    return {i: (t, max(t, late.get(i, t))) for i, t in mid.items()}
+    mid = _Backfill(snap, m.runtime).run(queue, want=want)
+    teams = {e.job_id: e.team for e in queue if e.job_id in mid}
+    scales = {t: m.scales(t) for t in set(teams.values())}
+    out: dict[str, Eta] = {}
+    for i, t in mid.items():
+        wait = t - snap.now
+        s50, s90 = scales[teams[i]]
+        if wait.total_seconds() < LONG_WAIT_S:
+            s50 = 1.0  # a start minutes away: the ends just ahead decide it
+        out[i] = Eta(snap.now + wait * s50, snap.now + wait * max(s90, s50), t)
+    return out
 
 
 class _Backfill:
@@ -311,8 +360,10 @@ class _Backfill:
     the only one of it that can start: the same shape behind the same head), so each event
     costs O(lines), not O(queue)."""
 
-    def __init__(self, snap: Snapshot, runtime: RuntimeModel, q: float | None) -> None:
-        self.snap, self.runtime, self.q = snap, runtime, q
+    def __init__(self, snap: Snapshot, runtime: RuntimeModel) -> None:
+        self.snap, self.runtime, self.q = snap, runtime, None
+        self._fractions: dict[str, float] = {}  # per team, this run's
+        self._durations: dict[str, float | None] = {}
         self.now = snap.now
         self.ends: list[tuple[datetime, int, list[int], QueueEntry]] = []
         self.seq = itertools.count()
@@ -354,7 +405,8 @@ class _Backfill:
                 continue  # holds its nodes for ever
             end = max(end, soon)
             self._push(end, [self.index[n] for n in placement if n in self.index], a.entry)
-        self.reserved: dict[int, tuple[float, float]] = {}  # node -> (cpus, gpus) held
+        self.reserved: dict[int, datetime] = {}  # node -> the reserved start on it
+        self.need = (0.0, 0.0)  # what the reserved job needs on each (cpus, gpus)
 
     def _running_end(self, a: ActiveJob) -> datetime | None:
         e, end = a.entry, a.expected_end_at
@@ -366,16 +418,23 @@ class _Backfill:
         bound = a.started_at + timedelta(seconds=max(e.max_runtime_s - e.run_s, 0.0))
         if end is not None and abs((end - bound).total_seconds()) > 1.0:
             return end  # from its step rate
-        held = e.max_runtime_s * self.runtime.fraction(e.team, self.q)
+        held = e.max_runtime_s * self._fraction(e.team)
         return max(min(a.started_at + timedelta(seconds=held), bound), self.now)
+
+    def _fraction(self, team: str) -> float:
+        f = self._fractions.get(team)
+        if f is None:
+            f = self._fractions[team] = self.runtime.fraction(team, self.q)
+        return f
 
     def _expected_s(self, e: QueueEntry) -> float | None:
         """How long ``e``'s next attempt holds its capacity: the team's attempts' (to their
         end or preemption) fraction of the limit, bounded by what is left of it."""
         if e.max_runtime_s is None:
-            return self.runtime.duration(e.team, self.q)
-        left = max(e.max_runtime_s - e.run_s, 0.0)
-        return min(e.max_runtime_s * self.runtime.fraction(e.team, self.q), left)
+            if e.team not in self._durations:
+                self._durations[e.team] = self.runtime.duration(e.team, self.q)
+            return self._durations[e.team]
+        return min(e.max_runtime_s * self._fraction(e.team), max(e.max_runtime_s - e.run_s, 0.0))
 
     def _push(self, end: datetime, nodes: list[int], e: QueueEntry) -> None:
         t = next(self.seq)
@@ -385,15 +444,29 @@ class _Backfill:
             self.on_node[i].append((end, t, n * e.cpus_per_worker, n * e.gpus_per_worker))
 
     def _set(self, i: int) -> None:
-        """Show node ``i``'s free capacity, less what the reservation on it needs: others
-        may use the rest, which does not delay the reserved start."""
-        need = self.reserved.get(i)
-        if need is None:
-            self.free.set(i, cpus=self.cpus[i], gpus=self.gpus[i])
-        else:
+        """Show node ``i``'s free capacity, a reserved node's too (``_place``)."""
+        self.free.set(i, cpus=self.cpus[i], gpus=self.gpus[i])
+
+    def _place(self, e: QueueEntry) -> list[int] | None:
+        """Where ``e`` starts now, EASY: on a reserved node only if it is expected to end
+        before the reserved start, or leaves that node what the reserved job needs; else
+        on what the reservation leaves (its nodes shown less what it needs)."""
+        got = self.free.place(e)
+        if got is None or not self.reserved or not any(i in self.reserved for i in got):
+            return got
+        d = self._expected_s(e)
+        by = min(self.reserved[i] for i in got if i in self.reserved)
+        if d is not None and self.now + timedelta(seconds=d) <= by:
+            return got
+        need = self.need
+        for i in self.reserved:
             self.free.set(
                 i, cpus=max(self.cpus[i] - need[0], 0.0), gpus=max(self.gpus[i] - need[1], 0.0)
             )
+        got = self.free.place(e)
+        for i in self.reserved:
+            self._set(i)
+        return got
 
     def _give(self, nodes: list[int], e: QueueEntry, sign: int) -> None:
         for i in dict.fromkeys(nodes):
@@ -432,9 +505,9 @@ class _Backfill:
 
     def _reserve(self, e: QueueEntry) -> list[int] | None:
         """The nodes that free up soonest for one worker each of ``e`` (a worker per node:
-        a gang of whole-node workers exactly, smaller ones late at worst), held for it
-        until ``e`` starts (others may use what it does not need); None if too few nodes
-        could ever hold a worker."""
+        a gang of whole-node workers exactly, smaller ones late at worst), reserved for
+        it from the latest of those times (what others start there stops by then:
+        ``_borrow``); None if too few nodes could ever hold a worker."""
         times: list[tuple[datetime, int]] = []
         for i in range(len(self.cpus)):
             c, g = self.cpus[i], self.gpus[i]
@@ -453,9 +526,10 @@ class _Backfill:
             return None
         times.sort()
         chosen = [i for _, i in times[: e.num_workers]]
+        at = times[e.num_workers - 1][0]
         for i in chosen:
-            self.reserved[i] = (e.cpus_per_worker, e.gpus_per_worker)
-            self._set(i)
+            self.reserved[i] = at
+        self.need = (e.cpus_per_worker, e.gpus_per_worker)
         return chosen
 
     def _fits_reserved(self, e: QueueEntry, nodes: list[int]) -> bool:
@@ -480,7 +554,8 @@ class _Backfill:
                 e.gpus_per_worker,
             )
             lines.setdefault(key, []).append((pos, e))
-        heads = {k: 0 for k in lines}  # next waiting job of each line
+        heads = dict.fromkeys(lines, 0)  # next waiting job of each line
+        live = list(lines)  # the lines with a job waiting
         teams = self.snap.teams
         dead: set[tuple[str, int, float, float]] = set()  # lines that cannot start now
         held: tuple[QueueEntry, list[int]] | None = None  # the reservation
@@ -492,12 +567,16 @@ class _Backfill:
                 return not missing
             return False
 
+        def take(key: tuple[str, int, float, float]) -> None:
+            heads[key] += 1
+            if heads[key] >= len(lines[key]):
+                live.remove(key)
+
         while True:
             if held is not None and self._fits_reserved(*held):
                 e, nodes = held
                 for i in nodes:
                     del self.reserved[i]
-                    self._set(i)
                 held = None
                 dead.clear()  # what the reservation held back is free again
                 placed = self.free.place(e)
@@ -509,28 +588,29 @@ class _Backfill:
             while True:
                 best: tuple[int, QueueEntry, list[int], tuple[str, int, float, float]] | None = None
                 first: tuple[int, QueueEntry, tuple[str, int, float, float]] | None = None
-                for key, line in lines.items():
-                    h = heads[key]
-                    if h >= len(line):
-                        continue
-                    pos, e = line[h]
+                top = self.free.max_gpus()
+                for key in live:
+                    pos, e = lines[key][heads[key]]
                     if first is None or pos < first[0]:
                         first = (pos, e, key)
                     if key in dead or (best is not None and pos > best[0]):
+                        continue
+                    if e.gpus_per_worker > top + EPS:
+                        dead.add(key)
                         continue
                     if self.quotas:
                         quota = teams[e.team].quota if e.team in teams else None
                         if _over_quota(e, self.usage.get(e.team, TeamUsage()), quota):
                             dead.add(key)
                             continue
-                    got = self.free.place(e)
+                    got = self._place(e)
                     if got is not None:
                         best = (pos, e, got, key)
                     else:
                         dead.add(key)  # until capacity grows: it only shrinks meanwhile
                 if best is not None:
                     pos, e, got, key = best
-                    heads[key] += 1
+                    take(key)
                     self._start(e, got)
                     if done(e):
                         return out
@@ -539,7 +619,7 @@ class _Backfill:
                     pos, e, key = first
                     hold = self._reserve(e)
                     if hold is not None:
-                        heads[key] += 1
+                        take(key)
                         held = (e, hold)
                         if self._fits_reserved(e, hold):
                             break  # starts at once (the outer loop)
@@ -547,8 +627,87 @@ class _Backfill:
                 break
             if held is not None and self._fits_reserved(*held):
                 continue
-            if all(heads[k] >= len(v) for k, v in lines.items()) and held is None:
+            if not live and held is None:
                 return out
             if not self._release():
                 return out
             dead.clear()
+
+
+class RuntimeHistory:
+    """The live loop's ``RuntimeModel``, learned online from its snapshots: an attempt seen
+    active at one tick and gone at the next held its capacity from its start to then
+    (finished or preempted); per team the last ``keep`` such lengths ÷ max_runtime (or, for
+    jobs without one, the lengths). Starts empty (a restart forgets: the first ETAs hold
+    jobs to their limit until attempts end)."""
+
+    def __init__(self, *, keep: int = 200) -> None:
+        self.keep = keep
+        self.fractions: dict[str, list[float]] = {}
+        self.durations: dict[str, list[float]] = {}
+        self._active: dict[tuple[str, datetime], ActiveJob] = {}
+
+    def observe(self, snap: Snapshot) -> RuntimeModel:
+        seen = {(a.entry.job_id, a.started_at): a for a in snap.active}
+        for key, a in self._active.items():
+            if key in seen:
+                continue
+            held = max((snap.now - a.started_at).total_seconds(), 0.0)
+            limit = a.entry.max_runtime_s
+            if limit:
+                xs = self.fractions.setdefault(a.entry.team, [])
+                xs.append(min(held / limit, 1.0))
+            else:
+                xs = self.durations.setdefault(a.entry.team, [])
+                xs.append(held)
+            del xs[: -self.keep]
+        self._active = seen
+        return self.model()
+
+    def model(self) -> RuntimeModel:
+        return RuntimeModel(
+            fractions={t: tuple(v) for t, v in self.fractions.items()},
+            durations={t: tuple(v) for t, v in self.durations.items()},
+        )
+
+
+class WaitHistory:
+    """The live loop's ``EtaModel.wait_ratios``, learned online: each queued job's first
+    estimate (when made, the forward run's predicted start) is kept until the job is seen
+    running; then its actual wait ÷ the predicted one is recorded for its team (the last
+    ``keep``), if the prediction was at least ``LONG_WAIT_S`` away. A job that leaves the
+    queue otherwise (cancelled, deleted) is forgotten. Starts empty after a restart."""
+
+    def __init__(self, *, keep: int = 200) -> None:
+        self.keep = keep
+        self.ratios: dict[str, list[float]] = {}
+        self._first: dict[str, tuple[str, datetime, datetime]] = {}  # job -> team, made, start
+
+    def observe(self, snap: Snapshot) -> dict[str, tuple[float, ...]]:
+        """Record the starts this snapshot shows; the ratios per team."""
+        if self._first:
+            queued = {e.job_id for e in snap.queued}
+            for a in snap.active:
+                got = self._first.pop(a.entry.job_id, None)
+                if got is None:
+                    continue
+                team, made, predicted = got
+                wait = (predicted - made).total_seconds()
+                if wait >= LONG_WAIT_S:
+                    xs = self.ratios.setdefault(team, [])
+                    xs.append(max((a.started_at - made).total_seconds(), 0.0) / wait)
+                    del xs[: -self.keep]
+            for i in [i for i in self._first if i not in queued]:
+                del self._first[i]
+        return {t: tuple(v) for t, v in self.ratios.items()}
+
+    def estimated(self, snap: Snapshot, etas: Mapping[str, Eta]) -> None:
+        """Keep the first estimate of each job that got one at this snapshot."""
+        teams = None
+        for i, eta in etas.items():
+            if i in self._first:
+                continue
+            if teams is None:
+                teams = {e.job_id: e.team for e in snap.queued}
+            if i in teams:
+                self._first[i] = (teams[i], snap.now, eta.predicted)

@@ -52,6 +52,7 @@ STORED_COLUMNS = (
     "queue_position",
     "pending_reason",
     "estimated_start_at",
+    "estimated_start_p90_at",
     "estimated_end_at",
     "queue_stale",
 )
@@ -82,6 +83,7 @@ class Stored(NamedTuple):
     queue_position: int | None
     pending_reason: str | None
     estimated_start_at: datetime | None
+    estimated_start_p90_at: datetime | None
     estimated_end_at: datetime | None
     queue_stale: bool
 
@@ -102,12 +104,13 @@ class JobRow:
 
 
 def _stored(row: Any) -> Stored:
-    start, end = row.estimated_start_at, row.estimated_end_at
+    start, end, p90 = row.estimated_start_at, row.estimated_end_at, row.estimated_start_p90_at
     return Stored(
         status=str(row.status),
         queue_position=row.queue_position,
         pending_reason=row.pending_reason,
         estimated_start_at=None if start is None else as_utc(start),
+        estimated_start_p90_at=None if p90 is None else as_utc(p90),
         estimated_end_at=None if end is None else as_utc(end),
         queue_stale=bool(row.queue_stale),
     )

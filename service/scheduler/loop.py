@@ -70,7 +70,7 @@ from service.jobs.states import (
 from service.jobs.straggler import cordoned_nodes
 from service.launch import ClusterResources, Launcher, LaunchRequest, LaunchState
 from service.policy import capacity
-from service.policy.eta import estimate_starts
+from service.policy.eta import EtaModel, RuntimeHistory, WaitHistory, estimate_ranges
 from service.policy.plan import (
     NodeFree,
     Plan,
@@ -188,6 +188,11 @@ class Scheduler:
         # those); forgotten on losing the lead and after a failed placement.
         self._rows = JobRows()
         self._usage = Usage()  # the teams' usage history, kept likewise
+        # How long attempts hold their capacity (÷ max_runtime, per team), learned from the
+        # attempts that leave the snapshot: what the ETAs expect of running and queued jobs.
+        self._runtimes = RuntimeHistory()
+        # And how far the forward run's first estimates were from the starts (per team).
+        self._waits = WaitHistory()
         self._index = QueueIndex(use_priority=True)
         # Packings of the running jobs, kept while their inputs are the same (a tick packs
         # them for the free capacity, the reservation, preemption and the ETAs).
@@ -394,6 +399,8 @@ class Scheduler:
         else:
             self._index.update(changed)
         snap = replace(snap, index=self._index)
+        runtimes = self._runtimes.observe(snap)
+        ratios = self._waits.observe(snap)
         if not snap.queued and not snap.active:
             return
         cfg = PolicyConfig.named(
@@ -421,7 +428,14 @@ class Scheduler:
         for d in p.starts:
             self._start(d, report)
         t3 = time.perf_counter()
-        etas = estimate_starts(snap, plan_now=p) if p.decisions else {}
+        ranges = (
+            estimate_ranges(snap, plan_now=p, model=EtaModel(runtime=runtimes, wait_ratios=ratios))
+            if p.decisions
+            else {}
+        )
+        self._waits.estimated(snap, ranges)
+        etas = {i: r.start for i, r in ranges.items()}
+        etas_p90 = {i: r.p90 for i, r in ranges.items()}
         t4 = time.perf_counter()
         reasons = {d.entry.job_id: d.reason for d in p.decisions if d.reason is not None}
         written = self.db.write(
@@ -430,6 +444,7 @@ class Scheduler:
                 plan=p,
                 reasons=reasons,
                 starts=etas,
+                starts_p90=etas_p90,
                 snap=snap,
                 computed_at=snap.now,
                 stored=rows,

@@ -75,7 +75,7 @@ def _same(old: object, new: object) -> bool:
 
 
 _QUEUED_COLUMNS = STORED_COLUMNS
-_ACTIVE_COLUMNS = ("estimated_end_at", "estimated_start_at")
+_ACTIVE_COLUMNS = ("estimated_end_at", "estimated_start_at", "estimated_start_p90_at")
 Written = dict[str, dict[str, Any]]  # job id -> the queue columns written
 
 
@@ -86,6 +86,7 @@ def store_queue(
     reasons: Mapping[str, str],
     starts: Mapping[str, datetime],
     snap: Snapshot,
+    starts_p90: Mapping[str, datetime] | None = None,
     computed_at: datetime,
     stored: JobRows,
     fence: Callable[[Session], bool] | None = None,
@@ -112,6 +113,7 @@ def store_queue(
             "queue_position": d.position,
             "pending_reason": reasons.get(job_id),  # every decision's reason that is not None
             "estimated_start_at": starts.get(job_id),
+            "estimated_start_p90_at": (starts_p90 or {}).get(job_id),
             "estimated_end_at": None,
             "queue_stale": False,
         }
@@ -127,14 +129,23 @@ def store_queue(
         if got is None or got.status == JobStatus.QUEUED:
             continue
         end = a.expected_end_at
-        if not (_same(got.estimated_end_at, end) and got.estimated_start_at is None):
-            written[job_id] = {"estimated_end_at": end, "estimated_start_at": None}
+        if not (
+            _same(got.estimated_end_at, end)
+            and got.estimated_start_at is None
+            and got.estimated_start_p90_at is None
+        ):
+            written[job_id] = {
+                "estimated_end_at": end,
+                "estimated_start_at": None,
+                "estimated_start_p90_at": None,
+            }
             to_active.append(
                 {
                     "b_id": job_id,
                     "b_status": got.status,
                     "b_estimated_end_at": end,
                     "b_estimated_start_at": None,
+                    "b_estimated_start_p90_at": None,
                 }
             )
     for batch, columns, extra in (

@@ -26,7 +26,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from service.policy.capacity import EPS, NodeFree, pack, place_gang, take
-from service.policy.eta import EtaModel, RuntimeModel, estimate_ranges, running_end
+from service.policy.eta import (
+    LONG_WAIT_S,
+    EtaModel,
+    RuntimeModel,
+    estimate_ranges,
+    running_end,
+)
 from service.policy.fairshare import (
     advance_owed,
     decay_step,
@@ -123,6 +129,8 @@ class _State:
     preemptions: int = 0
     estimate: float | None = None
     estimate_p90: float | None = None
+    estimated_at: float | None = None  # when the first estimate was made
+    predicted: float | None = None  # the forward run's start then, before calibration
     finished: bool = False
     fits_ever: bool = True
     entry: QueueEntry | None = None  # the policy's view, kept until it changes (a stop)
@@ -193,6 +201,9 @@ class _Sim:
         # of those without a limit.
         self.fractions: dict[str, deque[float]] = {}
         self.durations: dict[str, deque[float]] = {}
+        # Started jobs' actual wait / the wait their first estimate predicted (the p90's
+        # calibration, ``EtaModel.wait_ratios``).
+        self.wait_ratios: dict[str, deque[float]] = {}
 
     # -- the policy's view ------------------------------------------------------------
     def _entry(self, st: _State) -> QueueEntry:
@@ -448,6 +459,12 @@ class _Sim:
 
     def _start(self, job_id: str, placement: list[str]) -> None:
         st = self.state[job_id]
+        if not st.runs and st.predicted is not None and st.estimated_at is not None:
+            predicted = st.predicted - st.estimated_at
+            if predicted >= LONG_WAIT_S:
+                self.wait_ratios.setdefault(st.job.team, deque(maxlen=_HISTORY)).append(
+                    (self.now - st.estimated_at) / predicted
+                )
         st.attempt_start = self.now
         st.attempt_done0 = st.done
         st.placement = list(placement)
@@ -613,13 +630,16 @@ class _Sim:
                 runtime=RuntimeModel(
                     fractions={t: tuple(v) for t, v in self.fractions.items()},
                     durations={t: tuple(v) for t, v in self.durations.items()},
-                )
+                ),
+                wait_ratios={t: tuple(v) for t, v in self.wait_ratios.items()},
             )
             etas = estimate_ranges(snap, plan_now=p, model=model, want=want)
             for i in want:
                 if i in etas:
-                    self.state[i].estimate = _secs(etas[i][0])
-                    self.state[i].estimate_p90 = _secs(etas[i][1])
+                    self.state[i].estimate = _secs(etas[i].start)
+                    self.state[i].estimate_p90 = _secs(etas[i].p90)
+                    self.state[i].predicted = _secs(etas[i].predicted)
+                    self.state[i].estimated_at = self.now
                     self.no_eta.discard(i)
         if p.preemptions:
             for v in p.preemptions:

@@ -28,6 +28,7 @@ from shunter.jobspec.vocab import PRIORITY_RANK
 __all__ = [
     "TraceError",
     "generate",
+    "generate_bursty",
     "generate_busy",
     "generate_contended",
     "load_cluster",
@@ -319,4 +320,98 @@ def generate_busy(
                 }
             )
             n += 1
+    return sorted(out, key=lambda x: (x["submit_s"], x["id"]))
+
+
+def generate_bursty(
+    *,
+    weights: Mapping[str, float],
+    hours: float = 24.0,
+    jobs: int = 2900,
+    seed: int = 0,
+    cluster_gpus: int = 32,
+    load: float = 2.0,
+    node_gpus: int = 8,
+    cpus_per_gpu: float = 8.0,
+) -> list[dict[str, Any]]:
+    """A contended day shaped unlike ``generate_busy`` (issue 30's second ETA trace, so the
+    ETAs are not tuned to one shape): teams submit unequally (not by weight) and in bursts
+    (a sweep of 5-30 alike jobs at once, half the jobs) as well as singly; durations from a
+    three-part mix (minutes, hours, most of a day); each team bounds its jobs its own way
+    (tight limits 1.05-1.5x the work, loose 2-10x, or a fifth with no limit at all); 1-8
+    GPU jobs and 2-node gangs; some high/low priority and non-preemptible jobs. Durations
+    are scaled so the GPU-seconds submitted are ``load`` x the cluster's over ``hours``.
+    Deterministic for ``seed``; about ``jobs`` lines over ``hours``."""
+    rng = random.Random(seed)
+    names = sorted(weights)
+    styles = ["tight", "loose", "none"]
+    style = {t: styles[k % len(styles)] for k, t in enumerate(names)}
+    rate_share = {t: rng.uniform(0.5, 2.0) for t in names}  # submits, not weights
+    total = sum(rate_share.values())
+    span = hours * 3600.0
+    out: list[dict[str, Any]] = []
+
+    def one(team: str, t: float, shape: tuple[int, float], duration: float, n: int) -> None:
+        s = style[team]
+        bound: int | None
+        if s == "tight":
+            bound = math.ceil(duration * rng.uniform(1.05, 1.5))
+        elif s == "loose":
+            bound = math.ceil(duration * rng.uniform(2.0, 10.0))
+        else:
+            bound = None if rng.random() < 0.2 else math.ceil(duration * rng.uniform(1.2, 4.0))
+        r = rng.random()
+        out.append(
+            {
+                "id": f"{team}-{n:05d}",
+                "team": team,
+                "submit_s": round(t, 1),
+                "num_workers": shape[0],
+                "gpus_per_worker": shape[1],
+                "cpus_per_worker": shape[1] * cpus_per_gpu,
+                "duration_s": round(max(duration, 60.0), 1),
+                "max_runtime_s": bound,
+                "priority": "high" if r < 0.05 else "low" if r < 0.15 else "normal",
+                "preemptible": rng.random() < 0.9,
+            }
+        )
+
+    def shape() -> tuple[int, float]:
+        r = rng.random()
+        if r < 0.65:
+            return 1, 1.0
+        if r < 0.85:
+            return 1, 2.0
+        if r < 0.95:
+            return 1, 4.0
+        if r < 0.99:
+            return 1, float(node_gpus)
+        return 2, float(node_gpus)
+
+    def duration() -> float:
+        r = rng.random()
+        if r < 0.7:
+            return rng.uniform(300.0, 1800.0)
+        if r < 0.97:
+            return rng.uniform(3600.0, 3 * 3600.0)
+        return rng.uniform(6 * 3600.0, 12 * 3600.0)
+
+    counts = dict.fromkeys(names, 0)
+    while len(out) < jobs:
+        team = rng.choices(names, weights=[rate_share[t] / total for t in names])[0]
+        t = rng.uniform(0.0, span)
+        if rng.random() < 0.08:  # a sweep: alike jobs at once
+            sh, d = shape(), duration()
+            for _ in range(rng.randint(5, 30)):
+                one(team, t, sh, d * rng.uniform(0.7, 1.3), counts[team])
+                counts[team] += 1
+        else:
+            one(team, t, shape(), duration(), counts[team])
+            counts[team] += 1
+    work = sum(x["num_workers"] * x["gpus_per_worker"] * x["duration_s"] for x in out)
+    k = load * cluster_gpus * span / work
+    for x in out:
+        x["duration_s"] = round(max(x["duration_s"] * k, 60.0), 1)
+        if x["max_runtime_s"] is not None:
+            x["max_runtime_s"] = max(math.ceil(x["max_runtime_s"] * k), math.ceil(x["duration_s"]))
     return sorted(out, key=lambda x: (x["submit_s"], x["id"]))

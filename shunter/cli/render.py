@@ -139,7 +139,7 @@ def eta_text(when: datetime | None) -> str:
 
 def queue_table(entries: Iterable[QueueEntry]) -> Table:
     table = Table(title="Queue", title_justify="left")
-    for col in ("#", "ID", "NAME", "TEAM", "PRIORITY", "WAITING", "STARTS", "REASON"):
+    for col in ("#", "ID", "NAME", "TEAM", "PRIORITY", "WAITING", "STARTS", "BY (P90)", "REASON"):
         table.add_column(col)
     for e in entries:
         table.add_row(
@@ -150,6 +150,7 @@ def queue_table(entries: Iterable[QueueEntry]) -> Table:
             e.priority or "-",
             age(e.created_at),
             eta_text(e.estimated_start_at) + (" (stale)" if e.estimate_stale else ""),
+            eta_text(e.estimated_start_p90_at) if e.estimated_start_p90_at else "-",
             e.pending_reason or "-",
         )
     return table
@@ -285,6 +286,8 @@ def job_detail(job: Job) -> RenderableType:
         rows.append(("waiting for", job.pending_reason or "-"))
         stale = " (stale: deeper than the scheduler's plan depth)" if job.estimate_stale else ""
         rows.append(("expected start", eta_text(job.estimated_start_at) + stale))
+        if job.estimated_start_p90_at is not None:
+            rows.append(("starts by (p90)", eta_text(job.estimated_start_p90_at)))
     elif job.estimated_end_at is not None and not job.terminal:
         rows.append(("expected end", eta_text(job.estimated_end_at)))
     if job.final_model_uri:

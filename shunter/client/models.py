@@ -80,6 +80,7 @@ class Job(_Read):
     queue_position: int | None = None
     pending_reason: str | None = None
     estimated_start_at: datetime | None = None  # queued: the scheduler's start ETA
+    estimated_start_p90_at: datetime | None = None  # queued: 9 in 10 start by then
     estimated_end_at: datetime | None = None  # running: its end ETA
     # queued: when position, reason and ETA were computed; stale: the last tick did not
     # reach the job (deeper than the scheduler's plan depth), so they are older
@@ -156,6 +157,7 @@ class QueueEntry(_Read):
     position: int | None = None
     pending_reason: str | None = None
     estimated_start_at: datetime | None = None
+    estimated_start_p90_at: datetime | None = None
     estimated_at: datetime | None = None
     estimate_stale: bool = False
     priority: str | None = None

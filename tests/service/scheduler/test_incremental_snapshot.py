@@ -507,6 +507,7 @@ QUEUE_COLUMNS = {
     "queue_position",
     "pending_reason",
     "estimated_start_at",
+    "estimated_start_p90_at",
     "estimated_end_at",
     "estimated_at",
     "queue_stale",
