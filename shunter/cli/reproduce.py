@@ -16,20 +16,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shunter.cli.common import (
-    EXIT,
-    JobArg,
-    JsonOpt,
-    SetOpt,
-    TokenOpt,
-    UrlOpt,
-    api,
-    dump,
-    fail,
-    merge_opts,
-    out,
-    print_json,
-)
+from shunter.cli import common
 from shunter.cli.overrides import parse_value
 
 __all__ = ["clone", "diff", "differences"]
@@ -78,8 +65,8 @@ def _checkpoint(text: str | None) -> int | str | None:
 
 
 def clone(
-    job_id: JobArg,
-    set_: SetOpt = None,
+    job_id: common.JobArg,
+    set_: common.SetOpt = None,
     from_checkpoint: Annotated[
         str | None,
         typer.Option(
@@ -90,24 +77,27 @@ def clone(
         ),
     ] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
+    url: common.UrlOpt = None,
+    token: common.TokenOpt = None,
+    json_: common.JsonOpt = False,
 ) -> None:
     """Submit a copy of a job: its submitted spec with --set changes (checked like a submit)."""
-    opts = merge_opts(url, token, json_)
+    opts = common.merge_opts(url, token, json_)
     try:
         overrides, checkpoint = _sets(set_ or []), _checkpoint(from_checkpoint)
     except ValueError as e:
-        fail(opts, EXIT["invalid"], str(e))
-    with api(opts) as client:
+        common.fail(opts, common.EXIT["invalid"], str(e))
+    with common.api(opts) as client:
         job = client.clone(
             job_id,
             overrides=overrides,
             from_checkpoint=checkpoint,
             idempotency_key=idempotency_key,
         )
-    print_json(dump(job)) if opts.json else out.print(f"submitted [bold]{job.id}[/]")
+    if opts.json:
+        common.print_json(common.dump(job))
+    else:
+        common.out.print(f"submitted [bold]{job.id}[/]")
 
 
 def _show(value: Any) -> str:
@@ -117,18 +107,18 @@ def _show(value: Any) -> str:
 def diff(
     job_a: Annotated[str, typer.Argument(help="A job id.")],
     job_b: Annotated[str, typer.Argument(help="The job to compare it with.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
+    url: common.UrlOpt = None,
+    token: common.TokenOpt = None,
+    json_: common.JsonOpt = False,
 ) -> None:
     """Print what differs between two jobs: their submitted specs and their records (code and
     package versions, data and model fingerprints, seed)."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
+    opts = common.merge_opts(url, token, json_)
+    with common.api(opts) as client:
         spec = differences(client.spec(job_a), client.spec(job_b))
         record = differences(client.record(job_a), client.record(job_b))
     if opts.json:
-        print_json(
+        common.print_json(
             {
                 part: {k: {"a": a, "b": b} for k, (a, b) in found.items()}
                 for part, found in (("spec", spec), ("record", record))
@@ -136,15 +126,15 @@ def diff(
         )
         return
     if not spec and not record:
-        out.print(f"{job_a} and {job_b}: same spec, same record", soft_wrap=True)
+        common.out.print(f"{job_a} and {job_b}: same spec, same record", soft_wrap=True)
         return
     for part, found in (("spec", spec), ("record", record)):
         if not found:
-            out.print(f"{part}: the same")
+            common.out.print(f"{part}: the same")
             continue
         table = Table(title=part, title_justify="left")
         for col in ("FIELD", job_a, job_b):
             table.add_column(col)
         for key, (a, b) in found.items():
             table.add_row(key, _show(a), _show(b))
-        out.print(table)
+        common.out.print(table)
