@@ -336,9 +336,10 @@ def main() -> int:
         token=env["SHUNTER_ATTEMPT_TOKEN"],
         job_id=env["SHUNTER_JOB_ID"],
         attempt=int(env["SHUNTER_ATTEMPT"]),
-        # ~1 minute of retries: the final status must survive a service restart, or the
-        # finished attempt is lost and rerun from its last checkpoint.
-        retry=RetryPolicy(attempts=12, base_s=0.5, max_s=8.0),
+        # ~3.5 minutes of retries: the final status must survive a service restart, the
+        # database away or this node cut off from the API for a minute (docs/reliability.md),
+        # or the finished attempt is lost and rerun from its last checkpoint.
+        retry=RetryPolicy(attempts=30, base_s=0.5, max_s=8.0),
     )
     shipper = LogShipper(api)  # this process's and the workers' output -> the API's store
     shipper.start()
