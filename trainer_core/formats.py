@@ -47,6 +47,8 @@ def read_local(
         ds = _read_saved(path)
         _check_fields(ds, path, list(fields), unit="row")
         return ds
+    if path.is_dir():
+        return _read_folder(path, fmt, delimiter=delimiter, fields=fields)
     if not path.is_file():
         raise DataFileError(f"{path}: not a file (format {fmt})")
     if fmt == "parquet":
@@ -71,6 +73,31 @@ def read_local(
         _check_fields(ds, path, list(fields), unit="line", line_of=lines)
         return ds
     raise DataFileError(f"{path}: unknown data format {fmt!r}")
+
+
+def _read_folder(
+    path: Path, fmt: str, *, delimiter: str | None, fields: Iterable[str]
+) -> datasets.Dataset:
+    """A folder of files in one format (a stored dataset's shards, a listed ``uri`` input):
+    each read and checked as a file is, then their rows in the order of their sorted relative
+    paths (a fixed order: the batch order depends on it). An object's ``manifest.json`` and
+    hidden files are not data."""
+    files = sorted(
+        p
+        for p in path.rglob("*")
+        if p.is_file()
+        and p.name != "manifest.json"
+        and not any(part.startswith(".") for part in p.relative_to(path).parts)
+    )
+    if not files:
+        raise DataFileError(f"{path}: an empty folder (format {fmt})")
+    parts = [read_local(f, fmt, delimiter=delimiter, fields=fields) for f in files]
+    if len(parts) == 1:
+        return parts[0]
+    try:
+        return datasets.concatenate_datasets(parts)
+    except ValueError as exc:
+        raise DataFileError(f"{path}: its files do not share one set of columns: {exc}") from exc
 
 
 def _load(builder: str, path: Path, **kwargs: Any) -> datasets.Dataset:

@@ -100,9 +100,7 @@ class NodeInputs:
         """The path form of dataset reference ``ref`` (not fetched until ``materialize``)."""
         kind = entry.get("kind")
         if kind == "uri" or "files" in entry:
-            files = list(entry["files"])
-            if not files:
-                raise DataCorrupt(f"{ref}: the listing has no files")
+            files = _stamped(ref, list(entry["files"]))
             key = f"uri-{listing_id(files)}"
             root = self.cache.path(key)
             path = str(root / files[0]["uri"].rsplit("/", 1)[1]) if len(files) == 1 else str(root)
@@ -122,14 +120,15 @@ class NodeInputs:
             else:
                 self._ids[path] = digest
         out: dict[str, Any] = {"path": path}
-        if entry.get("format"):
-            out["format"] = entry["format"]
+        for field in ("format", "delimiter"):
+            if entry.get(field):
+                out[field] = entry[field]
         return out
 
     def model(self, ref: str, entry: dict[str, Any]) -> str:
         """The local directory of model reference ``ref``, fetched now."""
         if entry.get("kind") == "uri" or "files" in entry:
-            files = list(entry["files"])
+            files = _stamped(ref, list(entry["files"]))
             key = f"uri-{listing_id(files)}"
             return str(self.cache.get(key, ListedSource(files, name=ref)))
         digest, source = self._object(ref, entry)
@@ -249,6 +248,27 @@ class NodeInputs:
                     tmp.replace(claim)
             except (OSError, ValueError) as e:  # the next renewal tries again
                 log.warning("could not renew the claim %s: %s", claim, e)
+
+
+def _stamped(ref: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Listed files, each with a version stamp: its ETag (derived from its bytes), else, read
+    now, its modification time (``mtime:<ns>``). The stamp is part of the node-cache key and
+    of the tokenised key, so a file rewritten in the bucket after submit is fetched and
+    tokenised anew, never served from an older copy. ``DataCorrupt`` for a missing file."""
+    if not files:
+        raise DataCorrupt(f"{ref}: the listing has no files")
+    if all(f.get("etag") for f in files):
+        return files
+    from pyarrow.fs import FileType
+
+    fs, _ = storage.resolve(files[0]["uri"])
+    infos = fs.get_file_info([storage.resolve(f["uri"])[1] for f in files])
+    out = []
+    for entry, info in zip(files, infos, strict=True):
+        if info.type != FileType.File:
+            raise DataCorrupt(f"{ref}: {entry['uri']} is missing")
+        out.append({**entry, "etag": entry.get("etag") or f"mtime:{info.mtime_ns}"})
+    return out
 
 
 class _Adopt(Source):

@@ -118,3 +118,15 @@ def test_save_to_disk_folders(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(DataFileError, match=r"empty: not a datasets save_to_disk folder"):
         read_local(tmp_path / "empty", "save_to_disk")
+
+
+def test_a_folder_of_files_reads_in_sorted_order_without_the_manifest(tmp_path: Path) -> None:
+    folder = tmp_path / "obj"
+    (folder / "b").mkdir(parents=True)
+    (folder / "b" / "2.jsonl").write_text('{"text": "three"}\n')
+    (folder / "a.jsonl").write_text('{"text": "one"}\n{"text": "two"}\n')
+    (folder / "manifest.json").write_text('{"files": {}}')
+    assert read_local(folder, "jsonl", fields=["text"])["text"] == ["one", "two", "three"]
+    (folder / "c.jsonl").write_text('{"other": 1}\n')
+    with pytest.raises(DataFileError, match=r"c\.jsonl"):
+        read_local(folder, "jsonl", fields=["text"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -188,3 +189,42 @@ def test_a_corrupt_tokenised_copy_is_dropped_not_fatal(root: str, tmp_path: Path
     storage.write_bytes(storage.join(tokenized_root(root), "k2", "data.arrow"), b"x" * 600)
     assert b.fetch_tokenized("k2") is None  # the job builds it again
     assert storage.list_files(storage.join(tokenized_root(root), "k2")) == []
+
+
+def test_a_listing_without_etags_as_submit_stores_it(
+    s3: S3Server, root: str, tmp_path: Path
+) -> None:
+    """The service lists ``uri`` inputs with sizes only: each file's modification time then
+    stamps its version, so a file rewritten after submit is another cache and tokenising key;
+    several parquet files become one folder trainer_core reads in a fixed order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from trainer_core.formats import read_local
+
+    bucket = root.split("/")[2]
+    files = []
+    for i in range(2):
+        local = tmp_path / f"part-{i}.parquet"
+        pq.write_table(pa.table({"text": [f"a{i}", f"b{i}"], "label": [0, 1]}), local)
+        uri = f"s3://{bucket}/pq/part-{i}.parquet"
+        storage.write_bytes(uri, local.read_bytes())
+        files.append({"uri": uri, "size": local.stat().st_size})
+    ref = f"s3://{bucket}/pq/*.parquet"
+    inputs = {ref: {"kind": "uri", "format": "parquet", "delimiter": None, "files": files}}
+    node = _node(tmp_path, root)
+    train = localize({"data": {"train": {"uri": ref}}}, inputs, node)["data"]["train"]
+    assert train == {"path": train["path"], "format": "parquet"}
+    first_id = node.content_id(train["path"])
+    assert first_id is not None
+    node.materialize(train["path"])
+    ds = read_local(train["path"], "parquet", fields=["text"])
+    assert ds["text"] == ["a0", "b0", "a1", "b1"]
+    time.sleep(1.1)  # S3 keeps modification times to the second
+    storage.write_bytes(files[1]["uri"], (tmp_path / "part-1.parquet").read_bytes())
+    rewritten = _node(tmp_path, root, "n2")
+    path = localize({"data": {"train": {"uri": ref}}}, inputs, rewritten)["data"]["train"]["path"]
+    assert rewritten.content_id(path) not in (None, first_id)  # same bytes, a new version
+    storage.delete_tree(files[1]["uri"])
+    with pytest.raises(DataCorrupt, match=r"part-1\.parquet is missing"):
+        _node(tmp_path, root, "n3").dataset(ref, inputs[ref])
