@@ -390,7 +390,7 @@ class DataSource(_Spec):
         local = [k for k in ("path", "format", "delimiter") if getattr(self, k) is not None]
         hub = [k for k in ("hub", "config", "split") if getattr(self, k) is not None]
         forms = [k for k in ("path", "hub", "dataset", "uri") if getattr(self, k) is not None]
-        if len(forms) > 1:
+        if len(forms) > 1 and (self.dataset is not None or self.uri is not None):
             raise ValueError(f"give one of path, hub, dataset, uri; got {', '.join(forms)}")
         if self.dataset is not None:
             if local or hub:
@@ -408,7 +408,8 @@ class DataSource(_Spec):
             return self
         if self.path is None and self.hub is None:
             raise ValueError(
-                "give path (a local file), hub (a dataset id), dataset (ds-...) or uri (s3://...)"
+                "give either path (a local file), hub (a dataset id), dataset (ds-...) or "
+                "uri (s3://...)"
             )
         if self.path is not None and hub:
             raise ValueError(f"{', '.join(hub)} belong to the hub form; drop them or path")

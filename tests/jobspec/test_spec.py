@@ -119,6 +119,8 @@ def test_good_spec_is_resolved_with_defaults_filled(root: Path) -> None:
         "format": "csv",  # inferred from the suffix
         "delimiter": ",",
         "hub": None,
+        "dataset": None,
+        "uri": None,
         "config": None,
         "split": None,
     }
