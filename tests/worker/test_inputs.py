@@ -228,3 +228,28 @@ def test_a_listing_without_etags_as_submit_stores_it(
     storage.delete_tree(files[1]["uri"])
     with pytest.raises(DataCorrupt, match=r"part-1\.parquet is missing"):
         _node(tmp_path, root, "n3").dataset(ref, inputs[ref])
+
+
+def test_the_localized_spec_is_a_valid_job_spec(root: str, tmp_path: Path) -> None:
+    """What the training function validates after localizing (``JobSpec.model_validate``):
+    the submitted spec's references, now local paths."""
+    from shunter.jobspec import JobSpec
+
+    _, ds = _dataset(root, tmp_path)
+    model = _model(root, tmp_path)
+    spec = {
+        "name": "objects",
+        "model": {"name_or_path": "mdl-xyzxyz1234", "task": "causal-lm"},
+        "data": {"train": {"dataset": "ds-abcdefgh12"}, "text_field": "text", "max_length": 32},
+        "resources": {"num_workers": 1, "cpus_per_worker": 1, "gpus_per_worker": 0},
+    }
+    JobSpec.model_validate(spec)  # the stored form validates
+    out = localize(
+        spec,
+        {"ds-abcdefgh12": {**ds, "delimiter": None}, "mdl-xyzxyz1234": model},
+        _node(tmp_path, root),
+    )
+    typed = JobSpec.model_validate(out)
+    assert typed.data.train.path is not None and typed.data.train.path.endswith("train.jsonl")
+    assert typed.data.train.format == "jsonl" and typed.data.train.dataset is None
+    assert Path(str(typed.model.name_or_path), "config.json").is_file()
