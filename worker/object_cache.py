@@ -318,8 +318,14 @@ def default_cache() -> ObjectCache:
     """The node's cache as the environment sets it (``SHUNTER_NODE_CACHE_DIR``,
     ``SHUNTER_NODE_CACHE_BYTES``)."""
     root = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), "shunter-cache")
-    raw = os.environ.get(CACHE_BYTES_ENV)
-    return ObjectCache(Path(root), limit_bytes=int(raw) if raw else DEFAULT_CACHE_BYTES)
+    raw = os.environ.get(CACHE_BYTES_ENV, "").strip()
+    try:
+        limit = int(raw) if raw else DEFAULT_CACHE_BYTES
+    except ValueError:
+        raise ValueError(f"{CACHE_BYTES_ENV}={raw!r}: give a number of bytes") from None
+    if limit <= 0:
+        raise ValueError(f"{CACHE_BYTES_ENV}={raw!r}: give a positive number of bytes")
+    return ObjectCache(Path(root), limit_bytes=limit)
 
 
 def listing_id(files: list[dict[str, Any]]) -> str:

@@ -184,3 +184,15 @@ def test_two_readers_on_one_node_fetch_once(tmp_path: Path) -> None:
 def test_keys_cannot_escape_the_cache(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="not a cache key"):
         ObjectCache(tmp_path).path("../x")
+
+
+def test_the_environment_sets_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker.object_cache import default_cache
+
+    monkeypatch.setenv("SHUNTER_NODE_CACHE_DIR", str(tmp_path / "c"))
+    monkeypatch.setenv("SHUNTER_NODE_CACHE_BYTES", "12345")
+    cache = default_cache()
+    assert (cache.root, cache.limit_bytes) == (tmp_path / "c", 12345)
+    monkeypatch.setenv("SHUNTER_NODE_CACHE_BYTES", "2GB")
+    with pytest.raises(ValueError, match="SHUNTER_NODE_CACHE_BYTES='2GB'"):
+        default_cache()
