@@ -16,6 +16,7 @@ A real server (uvicorn, the in-memory launcher) on its own thread; no Ray.
 from __future__ import annotations
 
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -23,8 +24,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from service.db.migrate import upgrade
 from service.launch import LaunchState, LaunchStatus
@@ -229,3 +233,29 @@ def test_an_unreachable_database_is_unavailable_not_a_hang() -> None:
     finally:
         db.dispose()
         silent.close()
+
+
+def _wrapped(orig: Exception) -> Exception:
+    return DBAPIError.instance("SELECT 1", None, orig, Exception)
+
+
+@pytest.mark.parametrize(
+    ("make", "want"),
+    [
+        (lambda: _wrapped(psycopg.OperationalError("connection refused")), True),
+        (lambda: _wrapped(psycopg.errors.AdminShutdown("shutting down")), True),
+        (lambda: _wrapped(psycopg.errors.CannotConnectNow("starting up")), True),
+        (lambda: _wrapped(psycopg.errors.QueryCanceled("statement timeout")), True),
+        (lambda: _wrapped(psycopg.errors.UndefinedTable("no such table")), False),
+        (lambda: _wrapped(psycopg.errors.UniqueViolation("duplicate")), False),
+        (lambda: _wrapped(sqlite3.OperationalError("database is locked")), True),
+        (lambda: _wrapped(sqlite3.OperationalError("no such table: jobs")), False),
+        (lambda: PoolTimeout("QueuePool limit"), True),
+        (lambda: ValueError("not the database"), False),
+    ],
+)
+def test_what_reads_as_the_database_away(make: Any, want: bool) -> None:
+    """503 for the database away or overloaded; a bug in a statement stays a 500."""
+    from service.db.engine import is_unavailable
+
+    assert is_unavailable(make()) is want
