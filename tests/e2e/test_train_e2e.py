@@ -30,6 +30,10 @@ def test_job_succeeds_with_metrics_checkpoints_and_a_loadable_model(api: ApiServ
     assert sorted(c["step"] for c in ckpts) == [4, 8, 12]
     assert all(c["verified"] and c["bytes"] > 0 and Path(c["uri"]).is_dir() for c in ckpts)
     assert job["latest_checkpoint"]["step"] == 12
+    # The record: what the driver reported it runs with (issue 31), beside the submit's part.
+    record = api.api().get(f"/v1/jobs/{job_id}/record").json()["record"]
+    assert record["run"]["attempt"] == 1 and record["run"]["packages"]["torch"], record
+    assert record["seed"] == job["spec"]["training"]["seed"] and record["code_version"]
     final = Path(job["final_model_uri"])
     from transformers import AutoModelForCausalLM
 
