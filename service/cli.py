@@ -343,6 +343,12 @@ def admin_sim(
             f"jain {s['jain_index']}, preemptions {s['preemptions']}, "
             f"ETA error median {s['eta_error_s']['median']} s"
         )
+        c = s["eta"]
+        typer.echo(
+            f"  ETAs (jobs that waited >= {c['min_wait_s']:g} s: {c['jobs']}): "
+            f"|actual - estimated| / actual wait median {c['median_rel_error']}, "
+            f"p90 {c['p90_rel_error']}; p90 range coverage {c['p90_coverage']}"
+        )
     typer.echo(f"wrote {out}")
 
 

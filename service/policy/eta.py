@@ -240,8 +240,8 @@ class RuntimeModel:
     """How long jobs really run, learned online from finished jobs: per team, run time ÷
     max_runtime of its recently finished jobs (``fractions``), and the run times of those
     finished without a limit (``durations``, seconds). A team with fewer than
-    ``_MIN_SAMPLES`` uses every team's pooled; with no history at all a job is expected to
-    run to its limit (the old, late bound) and a job without one for ``default_s``."""
+    ``_MIN_SAMPLES`` uses every team's pooled; with fewer than that in all a job is expected
+    to run to its limit (the old, late bound) and a job without one for ``default_s``."""
 
     fractions: Mapping[str, Sequence[float]] = field(default_factory=dict)
     durations: Mapping[str, Sequence[float]] = field(default_factory=dict)
@@ -251,7 +251,8 @@ class RuntimeModel:
         own = by.get(team, ())
         if len(own) >= _MIN_SAMPLES:
             return own
-        return [x for xs in by.values() for x in xs]
+        pooled = [x for xs in by.values() for x in xs]
+        return pooled if len(pooled) >= _MIN_SAMPLES else ()
 
     def fraction(self, team: str, q: float | None) -> float:
         """The mean (``q`` None: what a sum of many jobs runs) or the ``q`` quantile of the
@@ -277,33 +278,38 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 @dataclass(frozen=True, kw_only=True)
 class EtaModel:
     """What the estimates learn online. ``runtime``: how long attempts hold capacity.
-    ``wait_ratios``: per team, for its recently started jobs, the actual wait ÷ the wait
-    the forward run predicted at their first estimate (counted from when it was made; only
+    ``wait_ratios``: per team and priority class, for recently started jobs, the actual
+    wait ÷ the wait the forward run predicted at their first estimate (from when it was
+    made; only
     predictions of at least ``LONG_WAIT_S``): what the forward run cannot see (fair-share
-    preemption, arrivals ahead in the fair order, priorities) shows as a bias per team. A
-    predicted wait is scaled by their median (the estimate) and their ``p90_q`` quantile
-    (the p90), once a team (else all teams pooled) has ``_MIN_CALIBRATION`` of them; until
+    preemption, arrivals ahead in the fair order, priorities) shows as a bias per team and
+    class. A predicted wait is scaled by their median (the estimate) and their ``p90_q``
+    quantile (the p90), once there are ``_MIN_CALIBRATION`` of them (else the class's over
+    all teams, else all); until
     then the estimate is the forward run's and the p90 scales it by the team's ``p90_q``
     quantile of run-time fractions ÷ their mean (every job ahead running that long)."""
 
     runtime: RuntimeModel = field(default_factory=RuntimeModel)
-    wait_ratios: Mapping[str, Sequence[float]] = field(default_factory=dict)
+    wait_ratios: Mapping[tuple[str, str], Sequence[float]] = field(default_factory=dict)
     p90_q: float = 0.9
 
-    def scales(self, team: str) -> tuple[float, float]:
-        """(estimate, p90) multipliers of a predicted wait for ``team``."""
-        own = self.wait_ratios.get(team, ())
-        xs = (
-            own
-            if len(own) >= _MIN_CALIBRATION
-            else [x for v in self.wait_ratios.values() for x in v]
-        )
-        if len(xs) >= _MIN_CALIBRATION:
-            mid = _quantile(xs, 0.5)
-            return mid, max(_quantile(xs, self.p90_q), mid, 1.0)
+    def scales(self, team: str, priority: str) -> tuple[float, float]:
+        """(estimate, p90) multipliers of a predicted wait for ``team``'s jobs of
+        ``priority``: from their own ratios, else their class's over all teams, else all."""
+        xs: Sequence[float] = self.wait_ratios.get((team, priority), ())
+        if len(xs) < _MIN_CALIBRATION:
+            xs = [x for (_, c), v in self.wait_ratios.items() if c == priority for x in v]
+        if len(xs) < _MIN_CALIBRATION:
+            xs = [x for v in self.wait_ratios.values() for x in v]
         mean = self.runtime.fraction(team, None)
-        late = self.runtime.fraction(team, self.p90_q) / mean if mean > 0 else 1.0
-        return 1.0, max(late, 1.0)
+        spread = self.runtime.fraction(team, self.p90_q) / mean if mean > 0 else 1.0
+        if len(xs) >= _MIN_CALIBRATION:
+            # The spread of the waits seen, and at least that of the run times ahead: the
+            # waits seen lag (a start is learned from only after the wait), so a change in
+            # the queue shows in them late.
+            mid = _quantile(xs, 0.5)
+            return mid, max(_quantile(xs, self.p90_q), mid * spread, 1.0)
+        return 1.0, max(spread, 1.0)
 
 
 class Eta(NamedTuple):
@@ -342,8 +348,8 @@ def estimate_ranges(
         if all(i in now for i in want):
             return {i: now[i] for i in want}
     mid = _Backfill(snap, m.runtime).run(queue, want=want)
-    teams = {e.job_id: e.team for e in queue if e.job_id in mid}
-    scales = {t: m.scales(t) for t in set(teams.values())}
+    teams = {e.job_id: (e.team, e.priority) for e in queue if e.job_id in mid}
+    scales = {k: m.scales(*k) for k in set(teams.values())}
     out: dict[str, Eta] = {}
     for i, t in mid.items():
         wait = t - snap.now
@@ -680,21 +686,22 @@ class WaitHistory:
 
     def __init__(self, *, keep: int = 200) -> None:
         self.keep = keep
-        self.ratios: dict[str, list[float]] = {}
-        self._first: dict[str, tuple[str, datetime, datetime]] = {}  # job -> team, made, start
+        self.ratios: dict[tuple[str, str], list[float]] = {}  # (team, priority) -> ratios
+        # job -> ((team, priority), when estimated, the predicted start)
+        self._first: dict[str, tuple[tuple[str, str], datetime, datetime]] = {}
 
-    def observe(self, snap: Snapshot) -> dict[str, tuple[float, ...]]:
-        """Record the starts this snapshot shows; the ratios per team."""
+    def observe(self, snap: Snapshot) -> dict[tuple[str, str], tuple[float, ...]]:
+        """Record the starts this snapshot shows; the ratios per team and class."""
         if self._first:
             queued = {e.job_id for e in snap.queued}
             for a in snap.active:
                 got = self._first.pop(a.entry.job_id, None)
                 if got is None:
                     continue
-                team, made, predicted = got
+                key, made, predicted = got
                 wait = (predicted - made).total_seconds()
                 if wait >= LONG_WAIT_S:
-                    xs = self.ratios.setdefault(team, [])
+                    xs = self.ratios.setdefault(key, [])
                     xs.append(max((a.started_at - made).total_seconds(), 0.0) / wait)
                     del xs[: -self.keep]
             for i in [i for i in self._first if i not in queued]:
@@ -708,6 +715,6 @@ class WaitHistory:
             if i in self._first:
                 continue
             if teams is None:
-                teams = {e.job_id: e.team for e in snap.queued}
+                teams = {e.job_id: (e.team, e.priority) for e in snap.queued}
             if i in teams:
                 self._first[i] = (teams[i], snap.now, eta.predicted)

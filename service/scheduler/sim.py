@@ -28,9 +28,11 @@ from typing import Any, NamedTuple
 from service.policy.capacity import EPS, NodeFree, pack, place_gang, take
 from service.policy.eta import (
     LONG_WAIT_S,
+    Eta,
     EtaModel,
     RuntimeModel,
     estimate_ranges,
+    estimate_starts,
     running_end,
 )
 from service.policy.fairshare import (
@@ -105,6 +107,9 @@ class SimConfig:
     # the whole queue at every submit tick).
     eta_depth: int | None = 500
     eta_refresh_s: float = 600.0
+    # The forward run as it was before issue 30 (every job to its max_runtime, no backfill,
+    # no calibration, no p90): the baseline ``bench/eta_calibration.py`` measures against.
+    eta_legacy: bool = False
     # Plan only at ticks where some decision could change (``_Sim._quiet``); the decisions
     # are the same as planning at every tick (tested), only faster.
     skip_quiet_ticks: bool = True
@@ -203,7 +208,7 @@ class _Sim:
         self.durations: dict[str, deque[float]] = {}
         # Started jobs' actual wait / the wait their first estimate predicted (the p90's
         # calibration, ``EtaModel.wait_ratios``).
-        self.wait_ratios: dict[str, deque[float]] = {}
+        self.wait_ratios: dict[tuple[str, str], deque[float]] = {}
 
     # -- the policy's view ------------------------------------------------------------
     def _entry(self, st: _State) -> QueueEntry:
@@ -462,7 +467,8 @@ class _Sim:
         if not st.runs and st.predicted is not None and st.estimated_at is not None:
             predicted = st.predicted - st.estimated_at
             if predicted >= LONG_WAIT_S:
-                self.wait_ratios.setdefault(st.job.team, deque(maxlen=_HISTORY)).append(
+                key = (st.job.team, st.priority)
+                self.wait_ratios.setdefault(key, deque(maxlen=_HISTORY)).append(
                     (self.now - st.estimated_at) / predicted
                 )
         st.attempt_start = self.now
@@ -633,7 +639,12 @@ class _Sim:
                 ),
                 wait_ratios={t: tuple(v) for t, v in self.wait_ratios.items()},
             )
-            etas = estimate_ranges(snap, plan_now=p, model=model, want=want)
+            if self.cfg.eta_legacy:
+                etas = {
+                    i: Eta(t, t, t) for i, t in estimate_starts(snap, plan_now=p, want=want).items()
+                }
+            else:
+                etas = estimate_ranges(snap, plan_now=p, model=model, want=want)
             for i in want:
                 if i in etas:
                     self.state[i].estimate = _secs(etas[i].start)
