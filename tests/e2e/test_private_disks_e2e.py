@@ -318,3 +318,59 @@ def test_zero3_resumes_on_a_new_node_then_survives_a_killed_raylet(
         names = {m.name for m in tar.getmembers()}
     assert f"{job_id}-{stopped}/config.json" in names, names
     assert any(n.endswith(".safetensors") for n in names), names
+
+
+def test_trains_on_an_uploaded_dataset_and_base_model(
+    api: ApiServer, nodes: PrivateNodes, tmp_path: Path
+) -> None:
+    """Issue #28's bar: a 2-worker job, one worker per private-disk node, trains on a dataset
+    and a base model uploaded through the API (in the bucket, on no data root); its model
+    downloads and loads."""
+    import torch
+    from harness import MINILM_DIR
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    upload = tmp_path / "upload"  # not a data root: only the API's upload reads it
+    (upload / "base").mkdir(parents=True)
+    (upload / "tiny.txt").write_text("To be, or not to be, that is the question.\n" * 400)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=30522, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=128,
+    )  # fmt: skip
+    LlamaForCausalLM(config).save_pretrained(upload / "base", safe_serialization=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        shutil.copy(MINILM_DIR / name, upload / "base" / name)
+
+    http = api.api()
+    with open(upload / "tiny.txt", "rb") as fh:
+        r = http.post("/v1/datasets", files=[("file", ("tiny.txt", fh))], data={"name": "tiny"})
+    assert r.status_code == 201, r.text
+    ds = r.json()["id"]
+    parts = [("file", (p.name, p.read_bytes())) for p in sorted((upload / "base").iterdir())]
+    r = http.post("/v1/models", files=parts)
+    assert r.status_code == 201, r.text
+    mdl = r.json()["id"]
+
+    spec = {
+        "name": "pd-objects",
+        "model": {"name_or_path": mdl, "task": "causal-lm"},
+        "data": {"train": {"dataset": ds}, "text_field": "text", "max_length": 64, "packing": True},
+        "training": {"max_steps": 4, "per_device_train_batch_size": 2, "logging_steps": 1,
+                     "save_steps": 2, "learning_rate": 1e-3},
+        "resources": {"num_workers": 2, "cpus_per_worker": 1, "gpus_per_worker": 0},
+    }  # fmt: skip
+    job_id = api.submit(spec)
+    job = api.wait_done(job_id, timeout=500)
+    if job["status"] != "succeeded":
+        logs = api.launcher.logs(f"{job_id}-{job['attempt']}")
+        raise AssertionError(f"{job['error']} {api.events(job_id)}\n{logs[-6000:]}")
+    assert [p["step"] for p in api.metrics(job_id, "loss")] == [1, 2, 3, 4]
+
+    r = http.get(f"/v1/jobs/{job_id}/checkpoints/final/download")
+    assert r.status_code == 200, r.text
+    out = tmp_path / "model"
+    with tarfile.open(fileobj=io.BytesIO(r.content)) as tar:
+        tar.extractall(out, filter="data")
+    model = AutoModelForCausalLM.from_pretrained(out / f"{job_id}-final")
+    assert model.config.num_hidden_layers == 2
