@@ -9,7 +9,11 @@ in our training loop is our bug; the same ``KeyError`` while reading the user's 
 
 0. ``diverged``: the loop's divergence guard gave up (``trainer_core.health.Diverged``);
    ``data_corrupt``: a stored object (dataset, model, tokenised data) does not verify against
-   its manifest or listing (``worker.object_cache.DataCorrupt``; the message names it).
+   its manifest or listing (``worker.object_cache.DataCorrupt``; the message names it);
+   ``storage_unavailable``: the object store stayed away past the bound
+   (``storage.StorageUnavailable``), or an S3 fault outlived the SDK's own retries in Ray
+   Train's checkpoint upload (an ``OSError`` naming an AWS error that is not a refusal). The
+   service requeues the attempt from its last verified checkpoint (an infra retry).
 1. ``oom`` by nature: torch's ``OutOfMemoryError`` / "CUDA out of memory" / ``MemoryError`` /
    Ray's memory monitor killing a worker.
 2. Errors our code raises on purpose to blame the inputs (``SpecError``, ``DataFileError``,
@@ -30,6 +34,8 @@ import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from storage import is_transient
+
 __all__ = ["ErrorInfo", "classify", "place_of", "root_causes"]
 
 _MAX_MESSAGE = 2000
@@ -37,6 +43,7 @@ _MAX_MESSAGE = 2000
 USER, INFRA, INTERNAL = "user_error", "infra_lost", "internal"
 DIVERGED = "diverged"  # trainer_core.health.Diverged: the divergence guard gave up
 DATA_CORRUPT = "data_corrupt"  # worker.object_cache.DataCorrupt: a stored object is corrupt
+STORAGE = "storage_unavailable"  # storage.StorageUnavailable: the object store stayed away
 
 _OOM_NAMES = frozenset({"OutOfMemoryError", "MemoryError"})
 _OOM_TEXT = ("out of memory", "cuda oom", "cannot allocate memory", "defaultcpuallocator")
@@ -167,6 +174,8 @@ def _one(exc: BaseException) -> ErrorInfo:
         return ErrorInfo(type=DIVERGED, message=msg)
     if "DataCorrupt" in names:  # by name too: raised in a worker, it may come back wrapped
         return ErrorInfo(type=DATA_CORRUPT, message=msg)
+    if "StorageUnavailable" in names or ("AWS Error" in text and is_transient(exc)):
+        return ErrorInfo(type=STORAGE, message=msg)
     if names & _OOM_NAMES or any(t in text.lower() for t in _OOM_TEXT):
         return ErrorInfo(type="oom", message=msg)
     if isinstance(exc, _PATH_ERRORS):
@@ -185,7 +194,7 @@ def _one(exc: BaseException) -> ErrorInfo:
 
 # When ranks fail differently, the most specific cause wins (a rank's real OOM or bad path
 # explains the others, which usually die of a broken collective).
-_RANK = {DIVERGED: 0, "oom": 0, DATA_CORRUPT: 1, USER: 1, INTERNAL: 2, INFRA: 3}
+_RANK = {DIVERGED: 0, "oom": 0, DATA_CORRUPT: 1, USER: 1, STORAGE: 1, INTERNAL: 2, INFRA: 3}
 
 
 def classify(exc: BaseException) -> ErrorInfo:

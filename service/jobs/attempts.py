@@ -19,6 +19,7 @@ from service.db.models import Attempt, Checkpoint, Event, Job, MetricPoint, utcn
 from service.db.sqltime import as_utc
 from service.errors import Unauthorized
 from service.jobs.confine import confined
+from service.jobs.loss import RETRYABLE_ERRORS, lose_attempt
 from service.jobs.phases import PhaseMark, record_phase
 from service.jobs.preemption import finish_preempted, stop_request
 from service.jobs.states import ErrorInfo, JobStatus, fence_attempt, heartbeat, transition
@@ -128,10 +129,18 @@ def _record_run(
 
 
 def report_status(
-    session: Session, *, job_id: str, attempt: int, body: StatusIn, lease_seconds: float
+    session: Session,
+    *,
+    job_id: str,
+    attempt: int,
+    body: StatusIn,
+    lease_seconds: float,
+    max_infra_retries: int = 3,
 ) -> PhaseMark | None:
     """running: starting -> running (no-op if already running or cancelling).
     succeeded/failed: terminal; if a cancel was requested meanwhile the job ends cancelled.
+    failed with a retryable infra error (``loss.RETRYABLE_ERRORS``: ``storage_unavailable``):
+    the attempt is lost and the job requeued from its newest verified checkpoint.
     preempted: checkpointed at ``step`` on request; requeued or paused (``preemption``).
     Returns the ``succeeded`` start-up phase when this report wrote it (``jobs.phases``)."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
@@ -178,6 +187,16 @@ def report_status(
         )
         return record_phase(session, job_id=job_id, attempt=attempt, phase="succeeded")
     err = body.error or _unknown_error()
+    if err.type in RETRYABLE_ERRORS:
+        lose_attempt(
+            session,
+            job_id=job_id,
+            attempt=attempt,
+            cause=RETRYABLE_ERRORS[err.type],
+            detail=err.message[:500],
+            max_infra_retries=max_infra_retries,
+        )
+        return None
     transition(
         session,
         job_id=job_id,

@@ -10,6 +10,12 @@ beside the checkpoint (``service.jobs.checkpoint_models``). The stream is built 
 (no temporary archive, no whole file in memory): POSIX tar headers, the bytes, padding to
 512, two zero blocks. On object storage (``s3://`` storage) the model is streamed from the
 bucket the same way.
+
+Never a truncated tar that looks whole: ``tar_size`` gives the exact length up front (the
+route sends it as ``Content-Length``), object reads resume at the range that broke
+(``storage.open_read``), and a file that still comes short, or a store that stays away past
+``SHUNTER_STORAGE_RETRY_S``, raises mid-stream: the server then aborts the connection before
+the closing zero blocks, and the client sees fewer bytes than announced.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from service.errors import Conflict
 from service.jobs.checkpoint_models import ExportConfig, cached_model, step_checkpoint
 from service.jobs.queries import visible_job
 
-__all__ = ["model_dir", "resolve_download", "tar_stream"]
+__all__ = ["model_dir", "resolve_download", "tar_size", "tar_stream"]
 
 _CHUNK = 1024 * 1024
 # A checkpoint by the id the list gives (``step-N@A``: that attempt's), or by step
@@ -85,41 +91,55 @@ def model_dir(session: Session, *, principal: Principal, job_id: str, which: str
     return path
 
 
+def _files(directory: Path | str) -> list[tuple[str, int]]:
+    """(relative path, size) of each regular file to send, sorted."""
+    if isinstance(directory, str) and storage.is_remote(directory):
+        return storage.list_files(directory)
+    root = Path(directory)
+    paths = sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+    return [(p.relative_to(root).as_posix(), p.stat().st_size) for p in paths]
+
+
+def _header(name: str, size: int, mtime: float) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.size, info.mtime, info.mode = size, int(mtime), 0o644
+    return info.tobuf(format=tarfile.PAX_FORMAT)
+
+
+def tar_size(directory: Path | str, prefix: str) -> int:
+    """The exact byte length ``tar_stream(directory, prefix)`` yields (for Content-Length)."""
+    total = 2 * _BLOCK
+    for rel, size in _files(directory):
+        total += len(_header(f"{prefix}/{rel}", size, 0)) + size + (-size) % _BLOCK
+    return total
+
+
 def tar_stream(directory: Path | str, prefix: str) -> Iterator[bytes]:
     """An uncompressed tar of ``directory``'s regular files under ``prefix/``; an object-store
-    URI is streamed from the bucket object by object."""
-    if isinstance(directory, str) and storage.is_remote(directory):
-        yield from _remote_tar(directory, prefix)
-        return
-    directory = Path(directory)
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() and not p.is_symlink()):
-        info = tarfile.TarInfo(f"{prefix}/{path.relative_to(directory).as_posix()}")
-        stat = path.stat()
-        info.size, info.mtime, info.mode = stat.st_size, int(stat.st_mtime), 0o644
-        yield info.tobuf(format=tarfile.PAX_FORMAT)
+    URI is streamed from the bucket object by object. Raises (never ends early) when a file
+    cannot be sent whole."""
+    remote = isinstance(directory, str) and storage.is_remote(directory)
+    for rel, size in _files(directory):
+        if remote:
+            source, mtime = storage.join(str(directory), rel), time.time()
+            chunks = storage.open_read(source)
+        else:
+            path = Path(directory) / rel
+            source, mtime = str(path), path.stat().st_mtime
+            chunks = _read_local(path)
+        yield _header(f"{prefix}/{rel}", size, mtime)
         sent = 0
-        with path.open("rb") as f:
-            while chunk := f.read(_CHUNK):
-                sent += len(chunk)
-                yield chunk
-        if sent != info.size:  # the file changed under us: a corrupt archive is worse
-            raise RuntimeError(f"{path} changed size while being sent")
-        if pad := (-sent) % _BLOCK:
-            yield b"\0" * pad
-    yield b"\0" * (2 * _BLOCK)
-
-
-def _remote_tar(uri: str, prefix: str) -> Iterator[bytes]:
-    for rel, size in storage.list_files(uri):
-        info = tarfile.TarInfo(f"{prefix}/{rel}")
-        info.size, info.mtime, info.mode = size, int(time.time()), 0o644
-        yield info.tobuf(format=tarfile.PAX_FORMAT)
-        sent = 0
-        for chunk in storage.open_read(storage.join(uri, rel)):
+        for chunk in chunks:
             sent += len(chunk)
             yield chunk
-        if sent != size:
-            raise RuntimeError(f"{uri}/{rel} changed size while being sent")
+        if sent != size:  # the file changed under us: a corrupt archive is worse
+            raise RuntimeError(f"{source} changed size while being sent ({sent} of {size})")
         if pad := (-sent) % _BLOCK:
             yield b"\0" * pad
     yield b"\0" * (2 * _BLOCK)
+
+
+def _read_local(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(_CHUNK):
+            yield chunk

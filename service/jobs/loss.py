@@ -1,8 +1,9 @@
 """THE attempt-loss policy: what happens to a job when its active attempt is lost.
 
 An attempt is lost when its lease expired on the database clock (the scheduler's reaper), its
-driver ended without a final report (reconcile against the launcher), or the launcher refused
-to start it. All three go through ``lose_attempt``:
+driver ended without a final report (reconcile against the launcher), the launcher refused
+to start it, or its driver reported a retryable infra error (``RETRYABLE_ERRORS``: the object
+store stayed away past its bound). All three go through ``lose_attempt``:
 
 1. one conditional UPDATE marks the attempt ``lost``: it must still be the job's active attempt
    with that number, and for ``LEASE_EXPIRED`` its lease must still be expired on the database
@@ -35,6 +36,7 @@ from service.jobs.states import ErrorInfo, JobStatus, transition
 
 __all__ = [
     "COUNTS_AS_INFRA_RETRY",
+    "RETRYABLE_ERRORS",
     "LossCause",
     "LossDecision",
     "decide_after_loss",
@@ -49,6 +51,8 @@ class LossCause(enum.StrEnum):
     DRIVER_ENDED = "driver_ended"
     LAUNCH_FAILED = "launch_failed"
     HUNG = "hung"  # no step progress (service.jobs.hang); bounded by max_restarts there
+    # The driver reported ``storage_unavailable``: the object store stayed away past the bound.
+    STORAGE_UNAVAILABLE = "storage_unavailable"
 
 
 _WHAT: Mapping[LossCause, str] = {
@@ -56,6 +60,7 @@ _WHAT: Mapping[LossCause, str] = {
     LossCause.DRIVER_ENDED: "driver ended without a final report",
     LossCause.LAUNCH_FAILED: "launch failed",
     LossCause.HUNG: "hung",
+    LossCause.STORAGE_UNAVAILABLE: "storage_unavailable",
 }
 
 # Whether a loss of this cause uses up one of the job's ``max_infra_retries``.
@@ -64,7 +69,13 @@ COUNTS_AS_INFRA_RETRY: Mapping[LossCause, bool] = {
     LossCause.DRIVER_ENDED: True,
     LossCause.LAUNCH_FAILED: True,
     LossCause.HUNG: False,
+    LossCause.STORAGE_UNAVAILABLE: True,
 }
+
+
+# Error types a driver reports that are the platform's, not the job's: the attempt is lost
+# (an infra retry) and the job requeued from its newest verified checkpoint, not failed.
+RETRYABLE_ERRORS: Mapping[str, LossCause] = {"storage_unavailable": LossCause.STORAGE_UNAVAILABLE}
 
 
 @dataclass(frozen=True, kw_only=True)

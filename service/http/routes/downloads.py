@@ -7,7 +7,7 @@ from fastapi.responses import StreamingResponse
 
 from service.http.deps import CurrentUser, StateDep
 from service.jobs.checkpoint_models import export_config
-from service.jobs.download import resolve_download, tar_stream
+from service.jobs.download import resolve_download, tar_size, tar_stream
 from service.schemas import ErrorBody
 
 __all__ = ["router"]
@@ -36,8 +36,13 @@ def download(job_id: str, ckpt: str, st: StateDep, user: CurrentUser) -> Streami
     )
     path = resolve_download(st.db, principal=user, job_id=job_id, which=ckpt, export=export)
     name = f"{job_id}-{ckpt}"
+    # The exact length up front: a stream the store breaks mid-way ends short of it, so a
+    # client never takes a cut tar for a whole one (service.jobs.download).
     return StreamingResponse(
         tar_stream(path, name),
         media_type="application/x-tar",
-        headers={"Content-Disposition": f'attachment; filename="{name}.tar"'},
+        headers={
+            "Content-Disposition": f'attachment; filename="{name}.tar"',
+            "Content-Length": str(tar_size(path, name)),
+        },
     )

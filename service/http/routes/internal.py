@@ -96,7 +96,12 @@ def status(
         job_id,
         attempt,
         lambda s: reports.report_status(
-            s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
+            s,
+            job_id=job_id,
+            attempt=attempt,
+            body=body,
+            lease_seconds=lease,
+            max_infra_retries=st.settings.max_infra_retries,
         ),
     )
     st.observe_phase(mark)
