@@ -4,7 +4,8 @@
 runs ``tick()`` every ``settings.scheduler_interval_s`` in a daemon thread, or at once when
 ``wake()`` is called (a submit in this process: a job starts without waiting for the next
 tick); ``stop()`` ends it and gives up the lease. ``tick()`` is synchronous and unit-tested
-with ``InMemoryLauncher``.
+with ``InMemoryLauncher``. A tick that finds the database away (``db.engine.is_unavailable``)
+pauses the loop with a capped backoff; the lease is kept as it is (its epoch fences claims).
 One tick:
 
 0. Lead: renew or take the scheduler lease (``scheduler.leader``); a follower does nothing.
@@ -13,7 +14,9 @@ One tick:
    (``service.jobs.loss.lose_attempt``, cause ``LEASE_EXPIRED``: requeue as attempt + 1
    resuming from the newest verified checkpoint, or ``retries_exhausted``), then stopped on
    the launcher. An attempt whose driver Ray has not started yet (``pending``) cannot have
-   heartbeated: its lease is renewed instead.
+   heartbeated: its lease is renewed instead. One whose driver Ray reports ``running`` is
+   held for ``lease_grace_s`` first: its beats may just not have landed (the database away,
+   its node cut off from the API; docs/reliability.md).
 2. Sweep active jobs against the launcher (``service.jobs.reconcile.sweep_active``): finish
    cancels whose Ray job stopped, stop cancelling ones, lose attempts whose driver ended
    without a final report; stop preemption victims that did not checkpoint in time; end
