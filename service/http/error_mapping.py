@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from service.db.engine import is_retryable, is_unavailable
 from service.errors import ServiceError, Unauthorized
+from storage import StorageUnavailable
 
 __all__ = ["OPENAI_PREFIXES", "install_error_handlers"]
 
@@ -109,6 +110,14 @@ async def _db_error(request: Request, exc: Exception) -> JSONResponse:
     return _reply(request, "database_error", "database error", 500)
 
 
+async def _storage_error(request: Request, exc: Exception) -> JSONResponse:
+    """The object store stayed away past ``SHUNTER_STORAGE_RETRY_S`` (``storage.objects``):
+    503 + ``Retry-After``, not a 500."""
+    log.warning("object storage unavailable: %s", str(exc)[:300])
+    message = "the object store is unavailable; retry shortly"
+    return _reply(request, "storage_unavailable", message, 503, {"Retry-After": "30"})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -116,3 +125,4 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(DBAPIError, _db_error)
     app.add_exception_handler(PoolTimeout, _db_error)
     app.add_exception_handler(httpx.HTTPError, _cluster_error)
+    app.add_exception_handler(StorageUnavailable, _storage_error)

@@ -60,3 +60,33 @@ def test_other_errors_still_fail_the_job(client: Any, db: Any, admin_token: str)
     assert client.post(internal(job_id, n, "status"), json=body, headers=h).status_code == 200
     job = db.read(lambda s: s.get(Job, job_id))
     assert (job.status, job.error_type) == ("failed", "internal")
+
+
+def test_an_api_call_the_store_fails_past_the_bound_is_503(
+    client: Any, db: Any, admin_token: str, monkeypatch: Any
+) -> None:
+    import socket
+
+    from sqlalchemy import update
+
+    with socket.socket() as s:  # a port nothing listens on: the store is down
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for name, value in {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "SHUNTER_S3_MAX_ATTEMPTS": "1",
+        "SHUNTER_STORAGE_RETRY_S": "0.5",
+    }.items():
+        monkeypatch.setenv(name, value)
+    job_id = submit(client, admin_token)["id"]
+    db.write(
+        lambda s: s.execute(
+            update(Job).where(Job.id == job_id).values(final_model_uri="s3://b/job/final")
+        )
+    )
+    r = client.get(f"/v1/jobs/{job_id}/checkpoints/final/download", headers=bearer(admin_token))
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "30" and "storage_unavailable" in r.text

@@ -192,3 +192,14 @@ def test_sha_of_what_the_proxy_forwards_is_untouched(
     storage.write_bytes(storage.join(bucket, "blob"), data)
     got = hashlib.sha256(storage.read_bytes(storage.join(bucket, "blob"), max_bytes=4 * MiB))
     assert got.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_tar_size_is_the_stream_length_for_a_local_dir(tmp_path: Path) -> None:
+    """The route's Content-Length for a model on a shared filesystem (a long name takes a PAX
+    header: the length counts it)."""
+    _checkpoint(tmp_path / "final")
+    (tmp_path / "final" / ("n" * 120 + ".json")).write_text("{}")
+    body = b"".join(tar_stream(tmp_path / "final", "job-1-final"))
+    assert len(body) == tar_size(tmp_path / "final", "job-1-final")
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert len(tar.getnames()) == 5
