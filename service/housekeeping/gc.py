@@ -1,6 +1,7 @@
 """``gc``: delete every finished job past retention (``retention.expired``), each through
-``jobs.delete.delete_job`` (rows, storage, one audit row per job). ``dry_run`` lists them
-and deletes nothing."""
+``jobs.delete.delete_job`` (rows, storage, one audit row per job), then the bytes of every
+removed dataset or model no job uses any more (``objects.store.collect_garbage``: what a
+crash between ``rm`` and its collection left). ``dry_run`` lists them and deletes nothing."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from service.db.sqltime import as_utc
 from service.errors import Conflict, NotFound
 from service.housekeeping.retention import JobAge, expired
 from service.jobs.delete import delete_job
+from service.objects.store import collect_garbage
 
 __all__ = ["GcResult", "run_gc"]
 
@@ -53,4 +55,5 @@ def run_gc(
             except (Conflict, NotFound):
                 continue  # resumed or deleted since the read: not ours to take
             deleted.append(job_id)
+        collect_garbage(db, root=storage)
     return GcResult(job_ids=ids, deleted=deleted, dry_run=dry_run)

@@ -267,3 +267,21 @@ def test_a_sweep_checks_its_dataset_and_each_trial_keeps_it(
     assert len(SweepController(settings, db, launcher).tick().sampled) == 2
     refs = db.read(lambda s: list(s.execute(select(ObjectRef.object_id)).scalars()))
     assert refs == [ds, ds]
+
+
+def test_admin_gc_collects_what_a_crash_after_rm_left(
+    client: Any, make_token: Callable[..., str], db: Any, settings: Any, admin_token: str
+) -> None:
+    token = make_token("alpha")
+    ds = _push(client, token, {"train.tsv": TSV}).json()
+    # rm's row update landed, its collection did not (the process died in between).
+    db.write(
+        lambda s: s.get(TeamObject, ds["id"]).__setattr__(
+            "deleted_at", s.get(TeamObject, ds["id"]).created_at
+        )
+    )
+    assert _objects(settings) != []
+    r = client.post("/v1/admin/gc", json={"older_than": "30d"}, headers=bearer(admin_token))
+    assert r.status_code == 200, r.text
+    assert _objects(settings) == []
+    assert db.read(lambda s: s.get(TeamObject, ds["id"])) is None
