@@ -39,6 +39,8 @@ from service.objects.checks import ObjectFacts, dataset_facts, model_facts, spec
 from shunter.jobspec import FieldError, JobSpec
 from shunter.jobspec.columns import task_columns
 from shunter.jobspec.models import OBJECT_ID_RE
+from shunter.jobspec.safety import config_override_errors
+from shunter.jobspec.topology import tp_model_error
 from storage.manifest import MANIFEST, publish_object
 
 __all__ = [
@@ -434,6 +436,8 @@ def resolve_inputs(
                 "digest": row.digest,
                 "kind": "model",
             }
+            if field == "name_or_path":
+                errors += _model_errors(spec, row, loc)
         elif value.startswith("s3://"):
             problem = _bucket_error(loc, value, buckets, root)
             if problem is not None:
@@ -449,6 +453,17 @@ def resolve_inputs(
                     "files": [{"uri": f"{base}/{rel}", "size": size} for rel, size in listed],
                 }
     return inputs, errors
+
+
+def _model_errors(spec: JobSpec, row: TeamObject, loc: str) -> list[FieldError]:
+    """What pass 2 checks of a local model's config, from the uploaded one's ``model_type``
+    (kept at upload): a TP plan for its family, overrides that are fields of its config."""
+    model_type = row.sample[0].get("model_type") if row.sample else None
+    if not isinstance(model_type, str) or spec.model.from_scratch:
+        return []
+    out = [e for e in [tp_model_error(spec, model_type, loc)] if e is not None]
+    overrides = {k: v for k, v in spec.model.config_overrides.items() if k != "model_type"}
+    return out + list(config_override_errors(overrides, model_type=model_type))
 
 
 def record_refs(session: Session, *, job_id: str, inputs: dict[str, Any]) -> None:

@@ -285,3 +285,27 @@ def test_admin_gc_collects_what_a_crash_after_rm_left(
     assert r.status_code == 200, r.text
     assert _objects(settings) == []
     assert db.read(lambda s: s.get(TeamObject, ds["id"])) is None
+
+
+def test_an_uploaded_models_config_is_checked_at_submit(
+    client: Any, make_token: Callable[..., str]
+) -> None:
+    token = make_token("alpha")
+    files = {
+        "config.json": json.dumps({"model_type": "bert"}).encode(),
+        "model.safetensors": b"\0" * 64,
+        "tokenizer.json": b"{}",
+    }
+    parts = [("file", (k, v)) for k, v in files.items()]
+    mdl = client.post("/v1/models", files=parts, headers=bearer(token)).json()["id"]
+    spec = tiny_spec("m")
+    spec["model"] = {
+        "name_or_path": mdl,
+        "task": "sequence-classification",
+        "num_labels": 2,
+        "config_overrides": {"not_a_bert_field": 1},
+    }
+    r = client.post("/v1/jobs", json=spec, headers=bearer(token))
+    assert r.status_code == 422 and "not_a_bert_field" in r.text, r.text
+    spec["model"]["config_overrides"] = {"hidden_dropout_prob": 0.2}
+    assert client.post("/v1/jobs", json=spec, headers=bearer(token)).status_code == 201
