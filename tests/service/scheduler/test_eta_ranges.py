@@ -147,10 +147,10 @@ def test_the_report_counts_long_waits_only_and_the_p90_coverage() -> None:
     assert c["p90_coverage"] == 0.5
 
 
-@pytest.mark.parametrize("kind", ["busy"])
+@pytest.mark.parametrize("kind", ["busy", "bursty"])
 def test_etas_on_a_small_contended_day_beat_the_old_forward_run(kind: str) -> None:
     """6 h of each generated shape (deterministic): the new ETAs' median relative error is
-    well below the old forward run's, and the p90 range covers most starts."""
+    well below the old forward run's; on the busy shape the p90 range covers >= 80%."""
     if kind == "busy":
         weights = {"a": 1.0, "b": 2.0, "c": 1.0}
         lines = generate_busy(weights=weights, hours=6, seed=3)
@@ -166,4 +166,5 @@ def test_etas_on_a_small_contended_day_beat_the_old_forward_run(kind: str) -> No
     print(kind, "now", new, "before", before)
     assert new["jobs"] > 100
     assert new["median_rel_error"] < 0.5 * before["median_rel_error"]
-    assert new["p90_coverage"] >= 0.7
+    if kind == "busy":  # the shape the calibration holds on (the other: docs/scheduling.md)
+        assert new["p90_coverage"] >= 0.8
