@@ -12,6 +12,14 @@ and ``RAY_AUTH_TOKEN`` into this process's environment, because Ray's client sid
 (``JobSubmissionClient``, the state API, ``ray.init``) reads them from there, and the head
 and every Ray worker inherit them. Nothing is written to ``~/.ray``.
 
+GCS fault tolerance: with ``redis_address`` the head's GCS keeps its tables in that Redis
+(``RAY_REDIS_ADDRESS``, under ``storage_namespace``), so a head started again against it knows
+the cluster's jobs, actors and nodes. ``restart()`` starts the head again on the same ports,
+temp dir and Redis: the same address for the service and any worker node (whose raylet
+waits ``RAY_gcs_rpc_server_reconnect_timeout_s`` for it). A single-node embedded head loses
+its running jobs with it anyway (their workers die with its raylet); the service resumes them
+from their checkpoints (docs/reliability.md).
+
 Errors: ``RayHeadError`` (the head exited or never became ready; the message carries the
 tail of its log).
 """
@@ -62,6 +70,17 @@ def _loopback_env(host: str) -> dict[str, str]:
     return {}
 
 
+def _gcs_ft_env(config: RayHeadConfig) -> dict[str, str]:
+    """The head's environment for GCS fault tolerance (Ray's ``ray start`` way: the GCS
+    reads ``RAY_REDIS_ADDRESS`` and its namespace from ``RAY_external_storage_namespace``)."""
+    if not config.redis_address:
+        return {}
+    env = {"RAY_REDIS_ADDRESS": config.redis_address}
+    if config.storage_namespace:
+        env["RAY_external_storage_namespace"] = config.storage_namespace
+    return env
+
+
 class RayHeadError(RuntimeError):
     """The embedded Ray head could not be started (or died)."""
 
@@ -85,6 +104,11 @@ class RayHeadConfig:
     start_attempts: int = 3
     # Extra env for the head (and so every Ray worker), e.g. Ray Train tuning knobs.
     env: dict[str, str] = field(default_factory=dict)
+    # GCS fault tolerance: ``host:port`` of a Redis the GCS persists to (None: in memory),
+    # its password, and the key namespace of this cluster in it.
+    redis_address: str | None = None
+    redis_password: str | None = None
+    storage_namespace: str | None = None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -148,6 +172,9 @@ class RayHead:
     log_path: Path
     token: str
     stop_timeout_s: float = 15.0
+    # What ``restart()`` needs: how it was started, on which ports.
+    config: RayHeadConfig | None = None
+    ports: list[int] = field(default_factory=list)
 
     @classmethod
     def start(cls, config: RayHeadConfig) -> RayHead:
@@ -165,12 +192,33 @@ class RayHead:
                 log.warning("ray head start %d failed, retrying: %s", attempt, str(e)[-300:])
         raise AssertionError("unreachable")
 
+    def restart(self) -> None:
+        """Start the head again (after it died or was killed) on the same ports, temp dir and
+        Redis, and wait until it is ready. Stops what is left of the old one first."""
+        if self.config is None:
+            raise RayHeadError("this head was not started by RayHead.start; cannot restart it")
+        for attempt in range(1, self.config.start_attempts + 1):
+            self.stop()
+            try:
+                new = self._start_once(self.config, ports=self.ports, temp_dir=self.temp_dir)
+            except RayHeadError as e:  # Ray's fixed 30 s for its raylet to register, as start()
+                if attempt == self.config.start_attempts:
+                    raise
+                log.warning("ray head restart %d failed, retrying: %s", attempt, str(e)[-300:])
+                continue
+            self.process, self.log_path = new.process, new.log_path
+            atexit.unregister(new.stop)
+            return
+
     @classmethod
-    def _start_once(cls, config: RayHeadConfig) -> RayHead:
+    def _start_once(
+        cls, config: RayHeadConfig, *, ports: list[int] | None = None, temp_dir: Path | None = None
+    ) -> RayHead:
         token = ensure_token_env()
-        temp_dir = _private_temp_dir(config.temp_root)
+        temp_dir = temp_dir or _private_temp_dir(config.temp_root)
         host = config.host
-        gcs_port, dash_port, *p = free_ports(9, host)
+        ports = list(ports or free_ports(9, host))
+        gcs_port, dash_port, *p = ports
         cmd = [
             sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
             f"--node-ip-address={host}", f"--port={gcs_port}",
@@ -189,6 +237,8 @@ class RayHead:
             cmd.append(f"--num-cpus={config.num_cpus}")
         if config.num_gpus is not None:
             cmd.append(f"--num-gpus={config.num_gpus}")
+        if config.redis_password:
+            cmd.append(f"--redis-password={config.redis_password}")
         env = {
             # Ray gives its dashboard 60 s and the raylet ~15 s for the dashboard agent to come
             # up; an overloaded machine misses both (raylet "Timed out waiting for file").
@@ -199,8 +249,9 @@ class RayHead:
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": token,
             **_loopback_env(host),
+            **_gcs_ft_env(config),
         }
-        log_path = temp_dir / f"head-{gcs_port}.log"
+        log_path = temp_dir / f"head-{gcs_port}-{int(time.time())}.log"
         with open(log_path, "wb") as log:
             # start_new_session: own process group, so stop() reaches raylet, GCS, dashboard.
             # The group's leader is launcher.head_guard, which stops the group if this process
@@ -217,6 +268,8 @@ class RayHead:
             log_path=log_path,
             token=token,
             stop_timeout_s=config.stop_timeout_s,
+            config=config,
+            ports=ports,
         )
         # Backstop: a service that exits without close() must not leave a Ray cluster behind.
         atexit.register(head.stop)

@@ -18,23 +18,29 @@ existing cluster, e.g. ``http://head:8265``) or, when it is empty, starts an emb
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import re
 import secrets
 import shlex
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import requests
 from ray.job_submission import JobStatus, JobSubmissionClient
 
-from launcher.ray_head import RayHead, RayHeadConfig
+from launcher.ray_head import RayHead, RayHeadConfig, RayHeadError
 from service.launch import (
     ClusterResources,
+    ClusterUnavailable,
     LaunchRequest,
     LaunchState,
     LaunchStatus,
@@ -69,6 +75,38 @@ _ENDED = {LaunchState.SUCCEEDED, LaunchState.FAILED, LaunchState.STOPPED}
 # ``statuses``: up to this many jobs are asked one by one, more with one listing of all.
 _ONE_BY_ONE = 4
 
+# The SDK's RuntimeError for an HTTP answer: "Request failed with status code 503: ...".
+_SDK_STATUS = re.compile(r"status code (\d{3})")
+# Answers of a head that is starting or whose GCS is away (the dashboard is up, its GCS not).
+_AWAY_STATUSES = frozenset({500, 502, 503, 504})
+
+
+def _is_away(e: BaseException) -> bool:
+    """Whether ``e`` says the head does not answer (rather than a refusal of the request)."""
+    away = (requests.ConnectionError, requests.Timeout, httpx.TransportError, ConnectionError)
+    if isinstance(e, (*away, TimeoutError)):
+        return True
+    if isinstance(e, httpx.HTTPStatusError):
+        return e.response.status_code in _AWAY_STATUSES
+    if isinstance(e, RuntimeError) and not isinstance(e, ClusterUnavailable):
+        m = _SDK_STATUS.search(str(e))
+        return m is not None and int(m.group(1)) in _AWAY_STATUSES
+    return False
+
+
+@contextlib.contextmanager
+def _head(what: str) -> Iterator[None]:
+    """Turn "the head does not answer" into ``ClusterUnavailable`` (typed, one line)."""
+    try:
+        yield
+    except Exception as e:
+        if _is_away(e):
+            raise ClusterUnavailable(
+                f"ray head unavailable ({what}): {type(e).__name__}: {e}"
+            ) from e
+        raise
+
+
 # Ray Train knobs every driver and worker gets. ray.train.report() blocks until the
 # controller's next poll, every RAY_TRAIN_HEALTH_CHECK_INTERVAL_S (default 2 s); we only call
 # it when a checkpoint is published, but a shorter poll also makes start-up and shutdown of
@@ -101,7 +139,14 @@ class RayLauncherConfig:
 
 
 class RayLauncher:
-    """Launcher on a Ray cluster's job API. Thread-safe for the scheduler + API threads."""
+    """Launcher on a Ray cluster's job API. Thread-safe for the scheduler + API threads.
+
+    A head that does not answer (killed, restarting, its GCS away) makes every call raise
+    ``service.launch.ClusterUnavailable``; nothing is cached, so the calls work again as soon
+    as a head answers at the same address (a restarted pod, the embedded head restarted).
+    The embedded head, when it died, is started again by ``cluster()`` (the scheduler's
+    every tick): same ports, same Redis when GCS fault tolerance is on.
+    """
 
     def __init__(self, config: RayLauncherConfig, *, head: RayHead | None = None) -> None:
         self.config = config
@@ -114,6 +159,8 @@ class RayLauncher:
         self._http = httpx.Client(
             base_url=config.dashboard_url, headers=headers, timeout=config.http_timeout_s
         )
+        self._revive_lock = threading.Lock()
+        self.head_restarts = 0  # times this launcher started its embedded head again
 
     # -- submit / status / stop / logs --------------------------------------------------
     def runtime_env(self, req: LaunchRequest) -> dict[str, Any]:
@@ -135,6 +182,10 @@ class RayLauncher:
 
     def submit(self, req: LaunchRequest) -> None:
         """Start the attempt's driver. Raises when Ray refuses (e.g. the id already exists)."""
+        with _head("submit"):
+            self._submit(req)
+
+    def _submit(self, req: LaunchRequest) -> None:
         self._client.submit_job(
             # worker.driver, in a warm process forked from the node's driver template.
             entrypoint=f"{self.config.driver_python} -m worker.launch_driver",
@@ -147,7 +198,10 @@ class RayLauncher:
 
     def status(self, submission_id: str) -> LaunchStatus:
         try:
-            info = self._client.get_job_info(submission_id)
+            with _head("status"):
+                info = self._client.get_job_info(submission_id)
+        except ClusterUnavailable:
+            raise
         except RuntimeError as e:  # the SDK raises RuntimeError on 404
             if "404" in str(e) or "does not exist" in str(e):
                 return LaunchStatus(state=LaunchState.UNKNOWN, message=str(e))
@@ -160,9 +214,11 @@ class RayLauncher:
         number of running jobs in HTTP calls."""
         if len(submission_ids) <= _ONE_BY_ONE:
             return {sid: self.status(sid) for sid in submission_ids}
+        with _head("statuses"):
+            listed = self._client.list_jobs()
         known = {
             job.submission_id: LaunchStatus(state=_STATE[job.status], message=job.message or "")
-            for job in self._client.list_jobs()
+            for job in listed
             if job.submission_id
         }
         unknown = LaunchStatus(state=LaunchState.UNKNOWN, message="no such job in Ray")
@@ -171,7 +227,10 @@ class RayLauncher:
     def stop(self, submission_id: str) -> None:
         """Ask Ray to stop the job (SIGTERM, then SIGKILL to the driver; its actors die)."""
         try:
-            self._client.stop_job(submission_id)
+            with _head("stop"):
+                self._client.stop_job(submission_id)
+        except ClusterUnavailable:
+            raise
         except RuntimeError as e:
             if "404" not in str(e) and "does not exist" not in str(e):
                 raise
@@ -179,7 +238,10 @@ class RayLauncher:
     def logs(self, submission_id: str, tail: int | None = None) -> str:
         """The driver's log, which carries the workers' output too (Ray's log_to_driver)."""
         try:
-            text: str = self._client.get_job_logs(submission_id)
+            with _head("logs"):
+                text: str = self._client.get_job_logs(submission_id)
+        except ClusterUnavailable:
+            raise
         except RuntimeError as e:
             if "404" in str(e) or "does not exist" in str(e):
                 return ""
@@ -267,6 +329,34 @@ class RayLauncher:
 
     # -- cluster ------------------------------------------------------------------------
     def cluster(self) -> ClusterResources:
+        """The nodes and their free resources. When the head does not answer and it is our
+        embedded head that died, start it again first (``_revive``)."""
+        try:
+            return self._cluster()
+        except ClusterUnavailable:
+            if not self._revive():
+                raise
+            return self._cluster()
+
+    def _revive(self) -> bool:
+        """Start the embedded head again if it died; whether a head should answer now."""
+        head = self.head
+        if head is None or head.alive():
+            return False
+        with self._revive_lock:
+            if head.alive():
+                return True
+            log.warning("the embedded ray head died; starting it again at %s", head.gcs_address)
+            try:
+                head.restart()
+            except RayHeadError as e:
+                log.error("the embedded ray head did not start again: %s", str(e)[-500:])
+                return False
+            self.head_restarts += 1
+            log.warning("the embedded ray head is back at %s", head.gcs_address)
+        return True
+
+    def _cluster(self) -> ClusterResources:
         nodes = self._get("/api/v0/nodes?detail=1&limit=10000")["result"]["result"]
         status = self._get("/api/cluster_status")["clusterStatus"]
         usage: dict[str, dict[str, list[float]]] = (
@@ -293,8 +383,9 @@ class RayLauncher:
         return ClusterResources(nodes=out)
 
     def _get(self, path: str) -> Any:
-        r = self._http.get(path)
-        r.raise_for_status()
+        with _head("cluster"):
+            r = self._http.get(path)
+            r.raise_for_status()
         body = r.json()
         if not body.get("result", False):
             raise RuntimeError(f"ray dashboard {path}: {body.get('msg')}")
@@ -308,11 +399,25 @@ class RayLauncher:
 
 
 def start_embedded(
-    temp_root: Path, *, num_cpus: int | None = None, extra_env: dict[str, str] | None = None
+    temp_root: Path,
+    *,
+    num_cpus: int | None = None,
+    extra_env: dict[str, str] | None = None,
+    redis_address: str | None = None,
+    redis_password: str | None = None,
+    storage_namespace: str | None = None,
 ) -> RayLauncher:
-    """Start a local head under ``temp_root`` and a launcher that stops it on ``close()``."""
+    """Start a local head under ``temp_root`` and a launcher that stops it on ``close()``.
+    ``redis_address``: GCS fault tolerance (``launcher.ray_head``)."""
     head = RayHead.start(
-        RayHeadConfig(temp_root=temp_root, num_cpus=num_cpus, env=dict(DEFAULT_TRAIN_ENV))
+        RayHeadConfig(
+            temp_root=temp_root,
+            num_cpus=num_cpus,
+            env=dict(DEFAULT_TRAIN_ENV),
+            redis_address=redis_address,
+            redis_password=redis_password,
+            storage_namespace=storage_namespace,
+        )
     )
     log.info("embedded ray head at %s (dashboard %s)", head.gcs_address, head.dashboard_url)
     try:
@@ -334,7 +439,8 @@ def from_settings(settings: Any) -> RayLauncher:
     """Build the launcher from ``service.settings.Settings`` (read by attribute, duck-typed).
 
     Uses ``ray_address`` (dashboard URL) when set; otherwise starts an embedded head under
-    ``<home>/ray`` with ``ray_num_cpus`` CPUs (None = all) and stops it in ``close()``.
+    ``<home>/ray`` with ``ray_num_cpus`` CPUs (None = all) and stops it in ``close()``; with
+    ``ray_redis_address`` its GCS persists to that Redis (GCS fault tolerance).
     """
     address = str(getattr(settings, "ray_address", "") or "")
     home = Path(str(getattr(settings, "home", None) or Path.home() / ".shunter"))
@@ -346,7 +452,14 @@ def from_settings(settings: Any) -> RayLauncher:
         return RayLauncher(RayLauncherConfig(dashboard_url=address, gcs_address=gcs, extra_env=env))
     num_cpus = getattr(settings, "ray_num_cpus", None) or os.cpu_count()
     env = ecosystem_env(settings, default_hf_home=home / "hf")
-    return start_embedded(home / "ray", num_cpus=num_cpus, extra_env=env)
+    return start_embedded(
+        home / "ray",
+        num_cpus=num_cpus,
+        extra_env=env,
+        redis_address=str(getattr(settings, "ray_redis_address", "") or "") or None,
+        redis_password=str(getattr(settings, "ray_redis_password", "") or "") or None,
+        storage_namespace=str(getattr(settings, "ray_storage_namespace", "") or "") or None,
+    )
 
 
 def ecosystem_env(settings: Any, *, default_hf_home: Path | None) -> dict[str, str]:

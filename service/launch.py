@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "ClusterResources",
+    "ClusterUnavailable",
     "InMemoryLauncher",
     "LaunchRequest",
     "LaunchState",
@@ -76,6 +77,12 @@ class LaunchRequest:
     num_workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+
+
+class ClusterUnavailable(RuntimeError):
+    """The cluster's control plane (the Ray head: its dashboard, its GCS) does not answer:
+    refused, reset, timed out, or a 5xx while it starts. Says nothing about any job: callers
+    decide nothing from it and ask again later (the head may come back at the same address)."""
 
 
 class LaunchState(enum.StrEnum):

@@ -40,6 +40,11 @@ class Settings(BaseSettings):
     # The S3 endpoint of a self-hosted store (MinIO, Ceph RGW); AWS_ENDPOINT_URL works too.
     s3_endpoint_url: str = ""
     ray_address: str = ""  # empty = the launcher starts an embedded Ray head
+    # GCS fault tolerance of the embedded head: host:port of a Redis its GCS persists to
+    # (empty = in memory), its password, and this cluster's key namespace in it.
+    ray_redis_address: str = ""
+    ray_redis_password: str = Field(default="", repr=False)
+    ray_storage_namespace: str = "shunter"
     launcher: str = "launcher.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)

@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from service.db.models import ACTIVE, Attempt, Job
+from service.db.models import ACTIVE, Attempt, Event, Job
 from service.db.sqltime import utcnow
 from service.jobs.queries import newest_verified_checkpoint
 from service.jobs.read_model import first_queue_position
@@ -36,10 +36,12 @@ from service.jobs.states import ErrorInfo, JobStatus, transition
 
 __all__ = [
     "COUNTS_AS_INFRA_RETRY",
+    "HEAD_LOST_EVENT",
     "RETRYABLE_ERRORS",
     "LossCause",
     "LossDecision",
     "decide_after_loss",
+    "head_lost_message",
     "lose_attempt",
 ]
 
@@ -53,7 +55,14 @@ class LossCause(enum.StrEnum):
     HUNG = "hung"  # no step progress (service.jobs.hang); bounded by max_restarts there
     # The driver reported ``storage_unavailable``: the object store stayed away past the bound.
     STORAGE_UNAVAILABLE = "storage_unavailable"
+    # The Ray head went away with the attempt: the head came back without it (Ray says it
+    # ended, or does not know it), or its lease expired while the head did not answer.
+    RAY_HEAD_LOST = "ray_head_lost"
 
+
+# The event that says what became of an attempt when the Ray head was lost (``resumed``
+# here; ``survived`` from ``service.jobs.reconcile``).
+HEAD_LOST_EVENT = "ray_head_lost"
 
 _WHAT: Mapping[LossCause, str] = {
     LossCause.LEASE_EXPIRED: "lease expired",
@@ -61,6 +70,7 @@ _WHAT: Mapping[LossCause, str] = {
     LossCause.LAUNCH_FAILED: "launch failed",
     LossCause.HUNG: "hung",
     LossCause.STORAGE_UNAVAILABLE: "storage_unavailable",
+    LossCause.RAY_HEAD_LOST: "the Ray head was lost",
 }
 
 # Whether a loss of this cause uses up one of the job's ``max_infra_retries``.
@@ -70,6 +80,7 @@ COUNTS_AS_INFRA_RETRY: Mapping[LossCause, bool] = {
     LossCause.LAUNCH_FAILED: True,
     LossCause.HUNG: False,
     LossCause.STORAGE_UNAVAILABLE: True,
+    LossCause.RAY_HEAD_LOST: True,
 }
 
 
@@ -121,15 +132,18 @@ def lose_attempt(
     cause: LossCause,
     detail: str = "",
     max_infra_retries: int,
+    only_if_expired: bool = False,
 ) -> Job | None:
     """Mark ``attempt`` of ``job_id`` lost and requeue / fail / finish-cancel the job.
 
     Returns the moved job, or ``None`` when the attempt is no longer the active one (it
-    reported, was reaped already) or, for ``LEASE_EXPIRED``, when its lease was renewed.
+    reported, was reaped already) or, for ``LEASE_EXPIRED`` (and ``only_if_expired``), when
+    its lease was renewed. ``RAY_HEAD_LOST`` also writes a ``ray_head_lost`` event that says
+    what became of the job (``resumed``: requeued from its newest verified checkpoint).
     """
     reason = _WHAT[cause] + (f": {detail}" if detail else "")
     where = [Attempt.job_id == job_id, Attempt.number == attempt, Attempt.status == ACTIVE]
-    if cause == LossCause.LEASE_EXPIRED:
+    if cause == LossCause.LEASE_EXPIRED or only_if_expired:
         where.append(Attempt.lease_expires_at < utcnow())
     lost = session.execute(
         update(Attempt)
@@ -158,7 +172,7 @@ def lose_attempt(
     error = decision.error
     if error is not None and decision.to == S.FAILED:
         error = ErrorInfo(type=error.type, message=f"{error.message}; last: {reason}")
-    return transition(
+    moved = transition(
         session,
         job_id=job_id,
         to=decision.to,
@@ -167,3 +181,20 @@ def lose_attempt(
         error=error,
         values=values,
     )
+    if cause == LossCause.RAY_HEAD_LOST:
+        session.add(Event(job_id=job_id, type=HEAD_LOST_EVENT, attempt=attempt,
+                          message=head_lost_message(attempt, moved)))  # fmt: skip
+        session.flush()
+    return moved
+
+
+def head_lost_message(attempt: int, job: Job) -> str:
+    """The ``ray_head_lost`` event's message for an attempt lost with the head: it starts
+    with what happened to the job (``resumed``, or ``failed``/``cancelled``), then why."""
+    if job.status == str(S.QUEUED):
+        where = f"checkpoint {job.resume_from}" if job.resume_from else "the start (no checkpoint)"
+        return (
+            f"resumed: attempt {attempt} was lost with the Ray head; the job is requeued "
+            f"and attempt {attempt + 1} resumes from {where}"
+        )
+    return f"{job.status}: attempt {attempt} was lost with the Ray head"

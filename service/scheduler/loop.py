@@ -64,14 +64,20 @@ from service.jobs.health_files import files_for
 from service.jobs.loss import LossCause, lose_attempt
 from service.jobs.phases import PhaseMark, record_phase
 from service.jobs.preemption import sweep_overdue
-from service.jobs.reconcile import kept_active, reconcile_on_start, sweep_active
+from service.jobs.reconcile import HeadWatch, kept_active, reconcile_on_start, sweep_active
 from service.jobs.states import (
     claim_job,
     expired_attempts,
     fence_attempt,
 )
 from service.jobs.straggler import cordoned_nodes
-from service.launch import ClusterResources, Launcher, LaunchRequest, LaunchState
+from service.launch import (
+    ClusterResources,
+    ClusterUnavailable,
+    Launcher,
+    LaunchRequest,
+    LaunchState,
+)
 from service.policy import capacity
 from service.policy.eta import EtaModel, RuntimeHistory, WaitHistory, estimate_ranges
 from service.policy.plan import (
@@ -201,6 +207,7 @@ class Scheduler:
         # them for the free capacity, the reservation, preemption and the ETAs).
         self._packs = capacity.PackMemo()
         self._active = kept_active()  # the active attempts, kept across sweeps
+        self._head = HeadWatch()  # a Ray head outage, from the sweep that saw it to its end
         # Expired leases held while Ray reports their driver running (``_hold``): when this
         # process first saw each expired, on its monotonic clock.
         self._silent: dict[tuple[str, int], float] = {}
@@ -297,8 +304,9 @@ class Scheduler:
             self._reap(report)
             max_retries = int(self.settings.max_infra_retries)
             swept = sweep_active(
-                self.db, self.launcher, max_infra_retries=max_retries, kept=self._active
-            )
+                self.db, self.launcher, max_infra_retries=max_retries, kept=self._active,
+                head=self._head,
+            )  # fmt: skip
             report.swept = {k: str(v) for k, v in swept.items()}
             timeout = float(self.settings.preempt_checkpoint_timeout_s)
             report.preempt_timeouts = sweep_overdue(self.db, self.launcher, timeout_s=timeout)
@@ -326,11 +334,12 @@ class Scheduler:
         for gone in self._silent.keys() - keys:  # heartbeats are back (or it ended)
             del self._silent[gone]
         for attempt in expired:
-            if self._hold(attempt.job_id, attempt.number, attempt.submission_id):
+            cause = self._expired_cause(attempt.job_id, attempt.number, attempt.submission_id)
+            if cause is None:
                 continue
             # Lose it in the database first (conditional on the lease still being expired):
             # a driver that heartbeated meanwhile must not be stopped.
-            if self._lose_expired(attempt.job_id, attempt.number) is None:
+            if self._lose_expired(attempt.job_id, attempt.number, cause) is None:
                 continue
             self._silent.pop((attempt.job_id, attempt.number), None)
             report.reaped.append(attempt.submission_id)
@@ -338,6 +347,22 @@ class Scheduler:
                 self.launcher.stop(attempt.submission_id)  # the old driver must not go on
             except Exception as e:  # it is fenced anyway: its next write gets 409
                 report.errors.append(f"stop {attempt.submission_id}: {e}")
+
+    def _expired_cause(self, job_id: str, number: int, submission_id: str) -> LossCause | None:
+        """Why an expired lease is lost, or ``None`` when it is held (``_hold``). A lease that
+        expired while the Ray head does not answer (``ClusterUnavailable``) is lost with the
+        head (``RAY_HEAD_LOST``): its driver could not heartbeat, so it is gone with its node
+        or cut off, and nothing vouches for it. Requeued, it waits: nothing is placed while
+        the head is away (``_place``). So is one that was active through an outage and has
+        not heartbeated since (``HeadWatch.pending``), though a head restarted on a Redis may
+        still call it running: it went with the old head."""
+        if (job_id, number) in self._head.pending:
+            return LossCause.RAY_HEAD_LOST
+        try:
+            held = self._hold(job_id, number, submission_id)
+        except ClusterUnavailable:
+            return LossCause.RAY_HEAD_LOST
+        return None if held else LossCause.LEASE_EXPIRED
 
     def _hold(self, job_id: str, number: int, submission_id: str) -> bool:
         """Whether an expired lease is kept rather than lost: Ray has not started the driver
@@ -349,6 +374,8 @@ class Scheduler:
         (ended, unknown, Ray unreachable) is lost at once, as before."""
         try:
             state = self.launcher.status(submission_id).state
+        except ClusterUnavailable:
+            raise
         except Exception:
             return False
         if state == LaunchState.PENDING:
@@ -363,15 +390,16 @@ class Scheduler:
         first = self._silent.setdefault((job_id, number), time.monotonic())
         return time.monotonic() - first < float(self.settings.lease_grace_s)
 
-    def _lose_expired(self, job_id: str, number: int) -> Job | None:
+    def _lose_expired(self, job_id: str, number: int, cause: LossCause) -> Job | None:
         retries = int(self.settings.max_infra_retries)
         return self.db.write(
             lambda s: lose_attempt(
                 s,
                 job_id=job_id,
                 attempt=number,
-                cause=LossCause.LEASE_EXPIRED,
+                cause=cause,
                 max_infra_retries=retries,
+                only_if_expired=True,
             )
         )
 
