@@ -127,3 +127,24 @@ def test_image_commands_run_here() -> None:
     assert "--block" in _ok(str(BIN / "ray"), "start", "--help")
     assert "status" in _ok(str(BIN / "ray"), "--help")
     _ok(sys.executable, "-c", "import worker.driver, launcher.ray_launcher, worker.train_fn")
+
+
+def test_gcs_fault_tolerance_in_compose_and_the_chart() -> None:
+    """Issue 32, item 3: compose backs the head's GCS with its own Redis (not published, on
+    6379 inside the network only) and the workers wait for a restarted head; the chart turns
+    KubeRay's gcsFaultToleranceOptions on when ray.gcsFaultTolerance.redisAddress is set."""
+    s = _compose()["services"]
+    head = s["ray-head"]
+    assert head["environment"]["RAY_REDIS_ADDRESS"] == "redis:6379"
+    assert head["environment"]["RAY_external_storage_namespace"]
+    assert head["environment"]["RAY_AUTH_MODE"] == "token"  # the anchor's keys are kept
+    assert head["depends_on"]["redis"]["condition"] == "service_healthy"
+    assert "ports" not in s["redis"] and "healthcheck" in s["redis"]
+    for name in ("ray-worker", "ray-worker-gpu"):
+        assert int(s[name]["environment"]["RAY_gcs_rpc_server_reconnect_timeout_s"]) >= 300
+    values = yaml.safe_load((CHART / "values.yaml").read_text())["ray"]["gcsFaultTolerance"]
+    assert values["redisAddress"] == ""  # off unless an HA Redis is named
+    ray = (CHART / "templates" / "raycluster.yaml").read_text()
+    block = ray.split("gcsFaultToleranceOptions:", 1)
+    assert len(block) == 2 and "if .redisAddress" in block[0].rsplit("\n", 3)[-2]
+    assert "redisAddress:" in block[1] and "externalStorageNamespace:" in block[1]
