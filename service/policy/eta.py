@@ -304,11 +304,13 @@ class EtaModel:
         mean = self.runtime.fraction(team, None)
         spread = self.runtime.fraction(team, self.p90_q) / mean if mean > 0 else 1.0
         if len(xs) >= _MIN_CALIBRATION:
-            # The spread of the waits seen, and at least that of the run times ahead: the
-            # waits seen lag (a start is learned from only after the wait), so a change in
-            # the queue shows in them late.
+            # The spread of the waits seen, and at least that of the run times ahead and
+            # that of every team's waits around their median: the waits seen lag (a start
+            # is learned from only after the wait), so a change in the queue shows late.
             mid = _quantile(xs, 0.5)
-            return mid, max(_quantile(xs, self.p90_q), mid * spread, 1.0)
+            every = [x for v in self.wait_ratios.values() for x in v]
+            rel = _quantile(every, self.p90_q) / max(_quantile(every, 0.5), 1e-9)
+            return mid, max(_quantile(xs, self.p90_q), mid * spread, mid * rel, 1.0)
         return 1.0, max(spread, 1.0)
 
 
