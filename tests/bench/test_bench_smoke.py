@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FAST = {
     "scheduler.py": (["--jobs", "20", "--nodes", "1"], "fair"),
     "scheduler_contended.py": (["--traces", "1", "--hours", "1"], "trace"),
+    "eta_calibration.py": (["--traces", "busy:0,bursty:0", "--hours", "1"], "ETAs now"),
     "strategies.py": (
         [
             "--strategies",
