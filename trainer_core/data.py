@@ -97,6 +97,45 @@ class SharedData(Protocol):
         returns its local directory in the node's cache (``directory`` is moved there)."""
         ...
 
+    # Streaming datasets (``trainer_core.streaming``): larger than the node's cache.
+
+    @property
+    def cache_limit(self) -> int:
+        """The node cache's byte cap."""
+        ...
+
+    def input_size(self, path: str) -> int | None:
+        """Bytes of the stored input at ``path``, known without fetching it; ``None``: not
+        a stored input."""
+        ...
+
+    def open_input(self, path: str) -> Iterator[Iterator[bytes]] | None:
+        """The stored input at ``path`` streamed from the store (one byte stream per file,
+        each block verified), never whole on this node; ``None``: read the local path."""
+        ...
+
+    def tokenized_index(self, key: str) -> dict[str, Any] | None:
+        """The index of sharded dataset ``key`` once the store holds it whole, else ``None``."""
+        ...
+
+    def fetch_tokenized_file(self, key: str, name: str) -> Path:
+        """The local path of file ``name`` of sharded dataset ``key``, through the node
+        cache, pinned until ``release_tokenized_file``."""
+        ...
+
+    def release_tokenized_file(self, key: str, name: str) -> None:
+        """Unpin that file: the cache may evict it."""
+        ...
+
+    def put_tokenized_file(self, key: str, path: Path) -> dict[str, Any]:
+        """Upload one built file of sharded dataset ``key`` (alone in its folder) and delete
+        it here; returns its manifest row ``{name: {size, sha256, ...}}``."""
+        ...
+
+    def finish_tokenized(self, key: str, files: dict[str, Any]) -> None:
+        """Publish sharded dataset ``key``: its manifest (``files``), written last."""
+        ...
+
 
 def load_tokenized(
     source: DataSource,

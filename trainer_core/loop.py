@@ -53,7 +53,6 @@ from trainer_core.config import (
 from trainer_core.data import (
     BatchOrder,
     eval_batches,
-    load_tokenized,
     make_collator,
     row_lengths,
 )
@@ -69,6 +68,7 @@ from trainer_core.report_to import finish_trackers, with_trackers
 from trainer_core.reporter import Reporter, stop_agreed
 from trainer_core.seeding import set_seed
 from trainer_core.step_timing import StepTimer
+from trainer_core.streaming import ShardedDataset, StreamOrder, load_data
 from trainer_core.tasks import TaskOps, task_ops
 from trainer_core.tasks.base import Collator
 
@@ -120,7 +120,7 @@ class _Run:
     eval_ds: Any | None
     collate: Collator
     generator: torch.Generator | None  # the collator's random stream (masked LM), checkpointed
-    order: BatchOrder
+    order: BatchOrder | StreamOrder
     total_steps: int
     num_epochs: int | None  # None: the stream runs until total_steps (max_steps)
 
@@ -223,12 +223,13 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
     model = build_model(cfg.model, tokenizer, seed=tc.seed)
     cache = cfg.tokenized_cache
     shared = cfg.shared_data  # object storage: tokenised once per cluster, in the store
-    train_ds = load_tokenized(
+    # A dataset larger than the node cache streams as shards (trainer_core.streaming).
+    train_ds = load_data(
         cfg.data.train, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache, shared=shared
     )
     eval_ds = None
     if cfg.data.eval is not None:
-        eval_ds = load_tokenized(
+        eval_ds = load_data(
             cfg.data.eval, cfg.data, task=task, tokenizer=tokenizer, cache_root=cache, shared=shared
         )
     collate = make_collator(
@@ -251,15 +252,27 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
             tc, total_steps=tc.max_steps if tc.max_steps > 0 else None
         ),
     )
-    lengths = row_lengths(train_ds) if tc.group_by_length else None
-    order = BatchOrder(
-        len(train_ds),
-        batch_size=tc.per_device_train_batch_size,
-        seed=tc.seed,
-        dp_rank=engine.dp_rank,
-        dp_size=engine.dp_size,
-        lengths=lengths,
-    )
+    order: BatchOrder | StreamOrder
+    if isinstance(train_ds, ShardedDataset):
+        if tc.group_by_length:
+            log.warning("group_by_length is not applied to a streaming dataset")
+        order = StreamOrder.over(
+            train_ds,
+            batch_size=tc.per_device_train_batch_size,
+            seed=tc.seed,
+            dp_rank=engine.dp_rank,
+            dp_size=engine.dp_size,
+        )
+    else:
+        lengths = row_lengths(train_ds) if tc.group_by_length else None
+        order = BatchOrder(
+            len(train_ds),
+            batch_size=tc.per_device_train_batch_size,
+            seed=tc.seed,
+            dp_rank=engine.dp_rank,
+            dp_size=engine.dp_size,
+            lengths=lengths,
+        )
     accum = tc.gradient_accumulation_steps
     total_steps = (
         tc.max_steps if tc.max_steps > 0 else math.ceil(tc.num_train_epochs * len(order) / accum)

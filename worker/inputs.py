@@ -35,6 +35,7 @@ holder that dies stops renewing: its claim lapses after ``lease_s`` and a waiter
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -49,7 +50,7 @@ from typing import Any
 
 import storage
 from storage.manifest import manifest_bytes, object_file_table
-from trainer_core.manifest import MANIFEST
+from trainer_core.manifest import MANIFEST, blocks_of, file_table, parse_manifest
 from worker.object_cache import (
     DataCorrupt,
     ListedSource,
@@ -64,6 +65,7 @@ __all__ = ["NodeInputs", "localize", "tokenized_root"]
 log = logging.getLogger(__name__)
 
 _DATA_SPLITS = ("train", "eval")
+_INDEX = "index.json"  # trainer_core.streaming.INDEX
 _MODEL_FIELDS = ("name_or_path", "tokenizer")
 
 
@@ -93,6 +95,7 @@ class NodeInputs:
         )
         self._lazy: dict[str, tuple[str, Any]] = {}  # local path -> (cache key, source)
         self._ids: dict[str, str] = {}  # local path -> content SHA-256
+        self._tables: dict[str, dict[str, Any]] = {}  # streaming key -> its manifest table
 
     # ------------------------------------------------------------------ inputs
 
@@ -171,6 +174,110 @@ class NodeInputs:
             storage.delete_tree(storage.join(uri, MANIFEST))
             storage.delete_tree(uri)
             return None
+
+    # ------------------------------------------------------------------ streaming
+    # A dataset larger than the cache (``trainer_core.streaming``): its raw file streamed from
+    # the store, verified block by block; its tokenised shards published one at a time and
+    # read one at a time through the cache.
+
+    @property
+    def cache_limit(self) -> int:
+        return self.cache.limit_bytes
+
+    def input_size(self, path: str) -> int | None:
+        """Bytes of the stored input at local ``path`` (known without fetching it)."""
+        lazy = self._lazy.get(path)
+        if lazy is None:
+            return None
+        _, source = lazy
+        if isinstance(source, ManifestSource):
+            rel = self._rel(path, source)
+            table = source.files()
+            if rel is not None:
+                return int(table[rel]["size"])
+        return int(source.size())
+
+    def open_input(self, path: str) -> Iterator[Iterator[bytes]] | None:
+        """The stored input at local ``path`` as byte streams from the store (one per file,
+        in sorted order), each block checked as it arrives; ``None``: not a stored input."""
+        lazy = self._lazy.get(path)
+        if lazy is None:
+            return None
+        key, source = lazy
+        if self.cache.cached(key):  # on this node already: read it there
+            return None
+        if isinstance(source, ManifestSource):
+            table = source.files()
+            rel = self._rel(path, source)
+            names = [rel] if rel is not None else sorted(n for n in table if n != MANIFEST)
+            return iter(
+                [
+                    _verified(storage.join(source.uri, n), table[n], name=f"{source.name}: {n}")
+                    for n in names
+                ]
+            )
+        assert isinstance(source, ListedSource)
+        return iter([_listed(entry, name=source.name) for entry in source.files])
+
+    def _rel(self, path: str, source: ManifestSource) -> str | None:
+        root = str(self.cache.path(self._lazy[path][0]))
+        rel = path[len(root) :].lstrip("/")
+        return rel if rel and rel in source.files() else None
+
+    def _store(self) -> str:
+        return self.tokenized or str(self.cache.root / "tokenized-local")
+
+    def tokenized_index(self, key: str) -> dict[str, Any] | None:
+        """The index of streaming dataset ``key`` when the store holds it whole (its
+        manifest, written last, exists and lists the index)."""
+        uri = storage.join(self._store(), key)
+        try:
+            table = parse_manifest(storage.read_bytes(storage.join(uri, MANIFEST)))
+        except FileNotFoundError:
+            return None
+        except ValueError as e:
+            raise DataCorrupt(f"tokenized {key}: {e}") from None
+        meta = table.get(_INDEX)
+        if meta is None:
+            raise DataCorrupt(f"tokenized {key}: its manifest lists no {_INDEX}")
+        data = b"".join(_verified(storage.join(uri, _INDEX), meta, name=f"tokenized {key}"))
+        self._tables[key] = table
+        return dict(json.loads(data))
+
+    def fetch_tokenized_file(self, key: str, name: str) -> Path:
+        """Shard ``name`` of streaming dataset ``key`` through the node cache (verified,
+        pinned until ``release_tokenized_file``)."""
+        table = self._tables.get(key)
+        if table is None:
+            self.tokenized_index(key)
+            table = self._tables[key]
+        if name not in table:
+            raise DataCorrupt(f"tokenized {key}: its manifest lists no {name}")
+        uri = storage.join(self._store(), key, name)
+        local = self.cache.get(
+            _shard_key(key, name), _FileSource(uri, table[name], name=f"tokenized {key}/{name}")
+        )
+        return local / name
+
+    def release_tokenized_file(self, key: str, name: str) -> None:
+        self.cache.release(_shard_key(key, name))
+
+    def put_tokenized_file(self, key: str, path: Path) -> dict[str, Any]:
+        """Upload one built file of streaming dataset ``key`` and delete it here; returns its
+        manifest row."""
+        row = file_table(_alone(path))[path.name]
+        uri = storage.join(self._store(), key, path.name)
+        if storage.is_remote(uri):
+            storage.upload_dir(path.parent, storage.join(self._store(), key))
+        else:
+            Path(uri).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, uri)
+        path.unlink()
+        return {path.name: row}
+
+    def finish_tokenized(self, key: str, files: dict[str, Any]) -> None:
+        """Publish streaming dataset ``key``: its manifest, after every file it lists."""
+        storage.write_bytes(storage.join(self._store(), key, MANIFEST), manifest_bytes(files))
 
     def _tok_source(self, key: str) -> ManifestSource:
         return ManifestSource(storage.join(self.tokenized or "", key), name=f"tokenized {key}")
@@ -287,6 +394,87 @@ class _Adopt(Source):
         directory.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(self.directory), str(directory))
         (directory / MANIFEST).write_bytes(manifest_bytes(self.files))
+
+
+def _shard_key(key: str, name: str) -> str:
+    return f"tok-{key}-{name}"
+
+
+def _alone(path: Path) -> Path:
+    """``path``'s folder when ``path`` is the only file in it (the shard writer's own)."""
+    others = [p for p in path.parent.iterdir() if p != path]
+    if others:
+        raise ValueError(f"{path.parent} holds more than {path.name}")
+    return path.parent
+
+
+def _verified(uri: str, meta: dict[str, Any], *, name: str) -> Iterator[bytes]:
+    """The file at ``uri`` in blocks, each yielded only once its SHA-256 matches ``meta``'s
+    (a manifest row); ``DataCorrupt`` naming ``name`` on a mismatch, a short or long file, or
+    a missing one."""
+    block, hashes = blocks_of(meta)
+    size = int(meta["size"])
+    buf, i, total = bytearray(), 0, 0
+
+    def check(data: bytes | bytearray) -> None:
+        nonlocal i
+        if i >= len(hashes) or hashlib.sha256(data).hexdigest() != hashes[i]:
+            raise DataCorrupt(f"{name}: block {i} of {uri} does not match its manifest")
+        i += 1
+
+    try:
+        for chunk in storage.open_read(uri):
+            buf += chunk
+            total += len(chunk)
+            while len(buf) >= block and total <= size:
+                data = bytes(buf[:block])
+                check(data)
+                del buf[:block]
+                yield data
+    except FileNotFoundError:
+        raise DataCorrupt(f"{name}: {uri} is missing") from None
+    if total != size:
+        raise DataCorrupt(f"{name}: {uri} has {total} bytes, its manifest says {size}")
+    if buf:
+        check(buf)
+        yield bytes(buf)
+    if size and i != len(hashes):
+        raise DataCorrupt(f"{name}: {uri} is shorter than its manifest's blocks")
+
+
+def _listed(entry: dict[str, Any], *, name: str) -> Iterator[bytes]:
+    """A listed file's bytes from the store, checked against its listed size and (a
+    single-part upload) its ETag at the end."""
+    md5, size = hashlib.md5(usedforsecurity=False), 0
+    try:
+        for chunk in storage.open_read(entry["uri"]):
+            md5.update(chunk)
+            size += len(chunk)
+            yield chunk
+    except FileNotFoundError:
+        raise DataCorrupt(f"{name}: {entry['uri']} is missing") from None
+    if size != int(entry["size"]):
+        raise DataCorrupt(f"{name}: {entry['uri']} has {size} bytes, listed {entry['size']}")
+    etag = str(entry.get("etag") or "").strip('"')
+    if len(etag) == 32 and all(c in "0123456789abcdef" for c in etag) and md5.hexdigest() != etag:
+        raise DataCorrupt(f"{name}: {entry['uri']} does not match its ETag {etag}")
+
+
+class _FileSource(Source):
+    """One file of a stored dataset (a streaming shard) with its manifest row: fetched into
+    the cache block by block, each block checked."""
+
+    def __init__(self, uri: str, meta: dict[str, Any], *, name: str) -> None:
+        self.uri, self.meta, self.name = uri, meta, name
+
+    def size(self) -> int:
+        return int(self.meta["size"])
+
+    def fetch_into(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        with open(directory / self.uri.rsplit("/", 1)[1], "wb") as out:
+            for data in _verified(self.uri, self.meta, name=self.name):
+                out.write(data)
 
 
 def _read_claim(claim: str) -> dict[str, Any]:

@@ -23,12 +23,15 @@ Layout under the cache directory (``SHUNTER_NODE_CACHE_DIR``, default ``<tmp>/sh
 
     objects/<key>/          the object's files (and its manifest.json when it has one)
     objects/<key>.done      its mark: written last (size in bytes); its mtime is its last use
+    objects/<key>.reserved  while it is fetched: its size, so concurrent fetches (a streaming
+                            dataset's prefetch thread, other jobs) make room for one another
     pins/<key>.pin          shared-locked by each process using the object
     locks/<key>.lock        held while the object is fetched; evict.lock while evicting
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -64,6 +67,7 @@ CACHE_DIR_ENV = "SHUNTER_NODE_CACHE_DIR"
 CACHE_BYTES_ENV = "SHUNTER_NODE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 50 * 1024**3
 _DONE = ".done"
+_RESERVED = ".reserved"  # a fetch under way: its size, counted before the next one makes room
 
 
 class DataCorrupt(Exception):
@@ -210,19 +214,29 @@ class ObjectCache:
                 return target
             src = source() if callable(source) else source
             size = src.size()
-            self._make_room(size, keep=key)
-            _remove(target)
+            reserved = self._make_room(size, keep=key)
             try:
-                src.fetch_into(target)
-            except BaseException:
                 _remove(target)
-                raise
-            tmp = mark.with_name(f"{mark.name}.tmp")
-            tmp.write_text(str(size))
-            tmp.replace(mark)
+                try:
+                    src.fetch_into(target)
+                except BaseException:
+                    _remove(target)
+                    raise
+                tmp = mark.with_name(f"{mark.name}.tmp")
+                tmp.write_text(str(size))
+                tmp.replace(mark)
+            finally:
+                reserved.unlink(missing_ok=True)
             if src.downloads:
                 self.fetched_bytes += size
         return target
+
+    def release(self, key: str) -> None:
+        """Unpin object ``key`` (this instance's pin): the cache may evict it from now on.
+        A streaming dataset releases each shard once it has read past it."""
+        fh = self._pins.pop(key, None)
+        if fh is not None:
+            fh.close()
 
     def close(self) -> None:
         """Unpin every object this instance pinned."""
@@ -260,14 +274,20 @@ class ObjectCache:
         fcntl.flock(fh, fcntl.LOCK_SH)  # waits only while an evictor removes the object
         self._pins[key] = fh
 
-    def _make_room(self, incoming: int, *, keep: str) -> None:
+    def _make_room(self, incoming: int, *, keep: str) -> Path:
         """Evict unpinned objects, least recently used first, until ``incoming`` more bytes
-        fit under the cap."""
+        fit under the cap, counting the fetches under way (their reservations); then reserve
+        ``incoming`` for ``keep`` (the returned file: the caller removes it once its mark is
+        written). Without reservations two fetches at once (a prefetching thread, another
+        job) would each make room for themselves alone and together pass the cap."""
         with _locked(self.root / "locks" / "evict.lock", self.timeout_s):
             held = self.usage()
-            total = sum(held.values()) + incoming
+            total = sum(held.values()) + self._in_flight(keep) + incoming
+            reservation = self.root / "objects" / f"{keep}{_RESERVED}"
+            reservation.parent.mkdir(parents=True, exist_ok=True)
+            reservation.write_text(str(incoming))
             if total <= self.limit_bytes:
-                return
+                return reservation
             for key in sorted(held, key=self._last_use):
                 if total <= self.limit_bytes:
                     break
@@ -281,6 +301,26 @@ class ObjectCache:
                     total - self.limit_bytes,
                     self.limit_bytes,
                 )
+            return reservation
+
+    def _in_flight(self, keep: str) -> int:
+        """Bytes reserved by fetches under way in any process (a reservation whose fetch
+        lock is free is left by a process that died: removed)."""
+        total = 0
+        for reservation in (self.root / "objects").glob(f"*{_RESERVED}"):
+            key = reservation.name[: -len(_RESERVED)]
+            if key == keep:
+                continue
+            with open(self.root / "locks" / f"{key}.lock", "a") as fh:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # its fetch holds the lock: under way
+                    with contextlib.suppress(FileNotFoundError, ValueError):
+                        total += int(reservation.read_text() or 0)
+                    continue
+                reservation.unlink(missing_ok=True)
+                fcntl.flock(fh, fcntl.LOCK_UN)
+        return total
 
     def _last_use(self, key: str) -> float:
         try:
@@ -310,7 +350,7 @@ def _remove(target: Path) -> None:
 
 
 def _check_key(key: str) -> None:
-    if not key or "/" in key or key.startswith(".") or key.endswith(_DONE):
+    if not key or "/" in key or key.startswith(".") or key.endswith((_DONE, _RESERVED)):
         raise ValueError(f"{key!r} is not a cache key")
 
 
