@@ -230,9 +230,12 @@ def test_etas_on_the_job_object_and_the_queue_page(
     queued = client.get(f"/v1/jobs/{second}", headers=bearer(member)).json()
     assert running["estimated_end_at"] is not None and running["estimated_start_at"] is None
     assert queued["estimated_start_at"] == running["estimated_end_at"]
+    # The range's late end: with no history yet (no attempt has ended) nothing widens it.
+    assert queued["estimated_start_p90_at"] == queued["estimated_start_at"]
+    assert running["estimated_start_p90_at"] is None
     page = client.get("/v1/queue", headers=bearer(member)).json()["data"]
-    assert [(q["id"], q["estimated_start_at"]) for q in page] == [
-        (second, queued["estimated_start_at"])
+    assert [(q["id"], q["estimated_start_at"], q["estimated_start_p90_at"]) for q in page] == [
+        (second, queued["estimated_start_at"], queued["estimated_start_p90_at"])
     ]
 
 
