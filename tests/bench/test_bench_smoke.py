@@ -92,6 +92,7 @@ SLOW = {  # a Ray head and torchrun, a training step and an export, a moto S3: t
     "overhead.py": (["--steps", "3", "--repeat", "1"], "torchrun"),
     "resume_fetch.py": (["--quick", "--strategies", "fsdp"], "fetched MB"),
     "startup.py": (["--quick", "--burst", "2"], "jobs/min"),
+    "streaming.py": (["--quick"], "losses equal at every step: yes"),
 }
 
 
