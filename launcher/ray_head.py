@@ -175,6 +175,7 @@ class RayHead:
     # What ``restart()`` needs: how it was started, on which ports.
     config: RayHeadConfig | None = None
     ports: list[int] = field(default_factory=list)
+    restarted_at: float | None = None  # monotonic clock, when restart() had it ready
 
     @classmethod
     def start(cls, config: RayHeadConfig) -> RayHead:
@@ -208,6 +209,7 @@ class RayHead:
                 continue
             self.process, self.log_path = new.process, new.log_path
             atexit.unregister(new.stop)
+            self.restarted_at = time.monotonic()
             return
 
     @classmethod

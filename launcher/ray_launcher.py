@@ -344,6 +344,8 @@ class RayLauncher:
         if head is None or head.alive():
             return False
         with self._revive_lock:
+            if self.head is not head:  # closed meanwhile
+                return False
             if head.alive():
                 return True
             log.warning("the embedded ray head died; starting it again at %s", head.gcs_address)
@@ -393,9 +395,10 @@ class RayLauncher:
 
     def close(self) -> None:
         self._http.close()
-        if self.head is not None:
-            self.head.stop()
-            self.head = None
+        with self._revive_lock:  # a revive in flight finishes first; none starts after
+            head, self.head = self.head, None
+        if head is not None:
+            head.stop()
 
 
 def start_embedded(

@@ -18,7 +18,7 @@ from launcher.ray_head import free_port
 from launcher.ray_launcher import RayLauncher, RayLauncherConfig
 from service.launch import ClusterUnavailable, LaunchState
 
-_JOB = {
+_JOB: dict[str, Any] = {
     "type": "SUBMISSION", "job_id": None, "submission_id": "j-1", "driver_info": None,
     "status": "RUNNING", "entrypoint": "python -m worker.launch_driver", "message": "",
     "error_type": None, "start_time": 1, "end_time": None, "metadata": {},
@@ -48,7 +48,9 @@ class Dashboard:
                 elif self.path.startswith("/api/jobs/"):
                     self._send(404, {"msg": "Job does not exist"})
                 elif self.path == "/api/cluster_status":
-                    usage = {"clusterStatus": {"loadMetricsReport": {"usageByNode": {}}}}
+                    usage: dict[str, Any] = {
+                        "clusterStatus": {"loadMetricsReport": {"usageByNode": {}}}
+                    }
                     self._send(200, {"result": True, "msg": "", "data": usage})
                 else:
                     nodes = {"total": 0, "result": []}
@@ -114,3 +116,43 @@ def test_a_head_that_goes_away_is_unavailable_then_answers_again(dashboard: Dash
         assert launcher.cluster().nodes == []
     finally:
         launcher.close()
+
+
+class FakeHead:
+    """Stands for ``RayHead``: ``restart()`` brings the dashboard back."""
+
+    def __init__(self, dashboard: Dashboard) -> None:
+        self.dashboard, self.up, self.restarts, self.stops = dashboard, True, 0, 0
+        self.gcs_address = "127.0.0.1:1"
+
+    def alive(self) -> bool:
+        return self.up
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self.dashboard.start()
+        self.up = True
+
+    def stop(self) -> None:
+        self.stops += 1
+
+
+def test_the_embedded_head_is_started_again_when_it_died(dashboard: Dashboard) -> None:
+    head = FakeHead(dashboard)
+    url = f"http://127.0.0.1:{dashboard.port}"
+    launcher = RayLauncher(RayLauncherConfig(dashboard_url=url, http_timeout_s=5), head=head)  # type: ignore[arg-type]
+    try:
+        dashboard.stop()
+        with pytest.raises(ClusterUnavailable):  # the process is still there: not ours to restart
+            launcher.cluster()
+        assert head.restarts == 0
+        head.up = False  # the head's process group is gone
+        assert launcher.cluster().nodes == []  # started again, then asked again
+        assert (head.restarts, launcher.head_restarts) == (1, 1)
+        assert launcher.status("j-1").state == LaunchState.RUNNING
+    finally:
+        launcher.close()
+    assert head.stops == 1
+    head.up = False
+    assert launcher._revive() is False  # closed: never started again
+    assert head.restarts == 1

@@ -71,7 +71,7 @@ def launcher() -> HeadLauncher:
 
 
 def _events(db: Any, job_id: str) -> list[tuple[str, str, int | None]]:
-    return db.read(
+    out: list[tuple[str, str, int | None]] = db.read(
         lambda s: [
             (e.type, e.message, e.attempt)
             for e in s.execute(
@@ -79,10 +79,11 @@ def _events(db: Any, job_id: str) -> list[tuple[str, str, int | None]]:
             ).scalars()
         ]
     )
+    return out
 
 
 def _attempts(db: Any, job_id: str) -> list[tuple[int, str, str | None]]:
-    return db.read(
+    out: list[tuple[int, str, str | None]] = db.read(
         lambda s: [
             (a.number, a.status, a.end_reason)
             for a in s.execute(
@@ -90,6 +91,7 @@ def _attempts(db: Any, job_id: str) -> list[tuple[int, str, str | None]]:
             ).scalars()
         ]
     )
+    return out
 
 
 @pytest.fixture
@@ -196,7 +198,7 @@ def test_a_restarted_head_that_still_calls_it_running_then_fails_it_resumes(
     assert h.sched.tick().swept == {job_id: "lose"}
     (said,) = _head_events(db, job_id)
     assert said.startswith("resumed: attempt 1"), said
-    assert _attempts(db, job_id)[0][2].startswith("the Ray head was lost")
+    assert (_attempts(db, job_id)[0][2] or "").startswith("the Ray head was lost")
 
 
 def test_an_expired_lease_after_an_outage_is_lost_with_the_head_though_ray_says_running(
@@ -250,5 +252,5 @@ def test_without_an_outage_an_ended_driver_is_driver_ended(
     h, job_id = running()
     launcher.states[f"{job_id}-1"] = LaunchStatus(state=LaunchState.FAILED, message="boom")
     assert h.sched.tick().swept == {job_id: "lose"}
-    assert _attempts(db, job_id)[0][2].startswith("driver ended")
+    assert (_attempts(db, job_id)[0][2] or "").startswith("driver ended")
     assert not [e for e in _events(db, job_id) if e[0] == "ray_head_lost"]
