@@ -9,6 +9,11 @@ a pad token when it has none (EOS, else UNK: causal LMs usually ship without one
 builds identical weights. LoRA (peft) wraps it last; only adapter weights (and the
 classification head, which a new task needs) are trainable.
 
+``model.quantization`` (QLoRA, GPU workers only: the validator refuses it elsewhere) loads
+the base through transformers' ``BitsAndBytesConfig`` (4-bit nf4/fp4 with ``compute_dtype``
+and optional double quantization, or 8-bit) onto this rank's GPU, then PEFT's
+``prepare_model_for_kbit_training`` before LoRA, as PEFT's QLoRA recipe does.
+
 A spec is data: loading is always ``trust_remote_code=False``, weights come from safetensors
 only (unless ``SHUNTER_ALLOW_PICKLE_WEIGHTS``), and ``config_overrides`` may not carry loader
 arguments (``config_only``), the same rule the service enforces at submit.
@@ -63,6 +68,7 @@ def build_model(
         assert cfg.name_or_path is not None  # ModelConfig: weights need a source
         model = auto.from_pretrained(
             cfg.name_or_path,
+            **quantization_kwargs(cfg),
             dtype=torch_dtype(cfg),
             trust_remote_code=False,
             use_safetensors=None if _pickle_allowed() else True,
@@ -74,12 +80,42 @@ def build_model(
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False  # the KV cache is useless in training and conflicts
+    if cfg.quantization is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(  # type: ignore[no-untyped-call]
+            model, use_gradient_checkpointing=cfg.gradient_checkpointing
+        )
     if cfg.lora is not None:
         model = _apply_lora(model, cfg)
     elif cfg.peft is not None:
         model = _apply_adapter(model, cfg)
     module: torch.nn.Module = model
     return module
+
+
+def quantization_kwargs(cfg: ModelConfig) -> dict[str, Any]:
+    """``from_pretrained`` arguments of a quantized base: a ``BitsAndBytesConfig`` and this
+    rank's GPU (bitsandbytes quantizes as the weights reach the device); {} without one."""
+    q = cfg.quantization
+    if q is None:
+        return {}
+    from transformers import BitsAndBytesConfig
+
+    if q.bits == 8:
+        config = BitsAndBytesConfig(load_in_8bit=True)  # type: ignore[no-untyped-call]
+    else:
+        config = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
+            load_in_4bit=True,
+            bnb_4bit_quant_type=q.quant_type or "nf4",
+            bnb_4bit_compute_dtype=_COMPUTE_DTYPES[q.compute_dtype],
+            bnb_4bit_use_double_quant=q.double_quant,
+        )
+    device = int(os.environ.get("LOCAL_RANK", "0"))
+    return {"quantization_config": config, "device_map": {"": device}}
+
+
+_COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def _scratch_config(

@@ -17,7 +17,8 @@ runs (the table in ``docs/parallel.md``):
 - ``loraplus_lr_ratio`` needs ``model.lora`` (it scales the LoRA B matrices' rate).
 - ``model.quantization`` (QLoRA): needs ``model.lora`` (a quantized base is frozen), GPU
   workers (bitsandbytes' 4/8-bit matmuls), strategy ``ddp`` and a pretrained base; 8-bit has
-  no ``quant_type`` or ``double_quant``.
+  no ``quant_type`` or ``double_quant``; the final model is the adapter (``merge_on_save``
+  into a de-quantized base is not implemented: refused).
 """
 
 from __future__ import annotations
@@ -135,6 +136,12 @@ def _quantization(spec: JobSpec) -> Iterator[FieldError]:
         )
     if spec.model.from_scratch:
         yield FieldError(where, "quantizes pretrained weights: not with from_scratch")
+    if spec.model.lora is not None and spec.model.lora.merge_on_save:
+        yield FieldError(
+            "model.lora.merge_on_save",
+            "merging into a de-quantized base is not supported yet: set false (the final "
+            "model is the adapter; merge it into the float base after download)",
+        )
     if q.bits == 8:
         if q.quant_type is not None:
             yield FieldError(f"{where}.quant_type", "4-bit only; remove it for bits 8")

@@ -85,6 +85,7 @@ FAST = {
 ELSEWHERE = {
     "mfu.py": "tests/bench/test_mfu_smoke.py",
     "scheduler_scale.py": "tests/service/scheduler/test_bench_scale.py",
+    "optimizers.py": "tests/trainer_core/test_optim_lowmem.py",
 }
 SLOW = {  # a Ray head and torchrun, a training step and an export, a moto S3: the slow set
     "checkpoint_export.py": (["--quick"], "export-checkpoint: wall"),

@@ -133,6 +133,14 @@ def test_loraplus_with_lora_accepted() -> None:
             "model.quantization.quant_type",
             "4-bit only",
         ),
+        (
+            {
+                "model": {"lora": {"merge_on_save": True}, "quantization": {"bits": 4}},
+                "resources": {"gpus_per_worker": 1},
+            },
+            "model.lora.merge_on_save",
+            "not supported yet",
+        ),
     ],
 )
 def test_refused_with_the_field_and_the_fix(parts: dict[str, Any], loc: str, phrase: str) -> None:
