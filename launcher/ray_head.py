@@ -14,9 +14,10 @@ and every Ray worker inherit them. Nothing is written to ``~/.ray``.
 
 GCS fault tolerance: with ``redis_address`` the head's GCS keeps its tables in that Redis
 (``RAY_REDIS_ADDRESS``, under ``storage_namespace``), so a head started again against it knows
-the cluster's jobs, actors and nodes. ``restart()`` starts the head again on the same ports,
-temp dir and Redis: the same address for the service and any worker node (whose raylet
-waits ``RAY_gcs_rpc_server_reconnect_timeout_s`` for it). A single-node embedded head loses
+the cluster's jobs, actors and nodes. ``restart()`` starts the head again on the same GCS and
+dashboard ports (fresh ones for the raylet and agents), temp dir and Redis: the same address
+for the service and any worker node (whose raylet waits
+``RAY_gcs_rpc_server_reconnect_timeout_s`` for it). A single-node embedded head loses
 its running jobs with it anyway (their workers die with its raylet); the service resumes them
 from their checkpoints (docs/reliability.md).
 
@@ -194,20 +195,26 @@ class RayHead:
         raise AssertionError("unreachable")
 
     def restart(self) -> None:
-        """Start the head again (after it died or was killed) on the same ports, temp dir and
-        Redis, and wait until it is ready. Stops what is left of the old one first."""
+        """Start the head again (after it died or was killed) at the same address (GCS and
+        dashboard ports), temp dir and Redis, and wait until it is ready. Stops what is left
+        of the old one first."""
         if self.config is None:
             raise RayHeadError("this head was not started by RayHead.start; cannot restart it")
         for attempt in range(1, self.config.start_attempts + 1):
             self.stop()
             try:
-                new = self._start_once(self.config, ports=self.ports, temp_dir=self.temp_dir)
+                # The GCS and dashboard keep their ports (the address the service and any
+                # worker node know); the raylet and agents get fresh ones, as on a new pod:
+                # the restarted GCS, which remembers the old node, must not find a new
+                # raylet at the old one's address (seen: registration timing out).
+                ports = [*self.ports[:2], *free_ports(len(self.ports) - 2, self.config.host)]
+                new = self._start_once(self.config, ports=ports, temp_dir=self.temp_dir)
             except RayHeadError as e:  # Ray's fixed 30 s for its raylet to register, as start()
                 if attempt == self.config.start_attempts:
                     raise
                 log.warning("ray head restart %d failed, retrying: %s", attempt, str(e)[-300:])
                 continue
-            self.process, self.log_path = new.process, new.log_path
+            self.process, self.log_path, self.ports = new.process, new.log_path, ports
             atexit.unregister(new.stop)
             self.restarted_at = time.monotonic()
             return

@@ -145,7 +145,7 @@ class RayLauncher:
     ``service.launch.ClusterUnavailable``; nothing is cached, so the calls work again as soon
     as a head answers at the same address (a restarted pod, the embedded head restarted).
     The embedded head, when it died, is started again by ``cluster()`` (the scheduler's
-    every tick): same ports, same Redis when GCS fault tolerance is on.
+    every tick): same address, same Redis when GCS fault tolerance is on.
     """
 
     def __init__(self, config: RayLauncherConfig, *, head: RayHead | None = None) -> None:
