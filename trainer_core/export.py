@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ def write_model(
     ``trainer_core.consolidate`` for a step checkpoint."""
     out.mkdir(parents=True, exist_ok=True)
     adapter = cfg.lora or cfg.peft
-    with _cache_on(model):
+    with _cache_on(model), _no_deepspeed_probe():
         if adapter is not None and adapter.merge_on_save:
             merged_copy(model, state).save_pretrained(out)
         else:
@@ -82,6 +83,29 @@ def write_model(
                 relocate_adapter(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+@contextlib.contextmanager
+def _no_deepspeed_probe() -> Iterator[None]:
+    """``save_pretrained`` unwraps the model with accelerate's ``extract_model_from_parallel``,
+    which imports DeepSpeed (when it is installed) only to ask whether the model is a
+    ``DeepSpeedEngine``: 1-3 s of CPU at the end of every job, MLflow and accelerate's
+    trackers on the way (issue #33). Nothing can be an instance of a class never imported, so
+    while ``deepspeed`` is not in ``sys.modules`` the question is answered "no" without it."""
+    if "deepspeed" in sys.modules:
+        yield
+        return
+    try:
+        from accelerate.utils import other
+    except ImportError:  # no accelerate: transformers unwraps by ``.module`` itself
+        yield
+        return
+    probe = other.is_deepspeed_available
+    other.is_deepspeed_available = lambda: False
+    try:
+        yield
+    finally:
+        other.is_deepspeed_available = probe
 
 
 @contextlib.contextmanager

@@ -129,7 +129,7 @@ def test_good_spec_is_resolved_with_defaults_filled(root: Path) -> None:
     assert training["num_train_epochs"] == 1.0
     assert training["max_steps"] == -1
     assert training["save_strategy"] == "steps"
-    assert training["optim"] == "adamw_torch"
+    assert training["optim"] == "adamw_torch_fused"  # HF 5's default
     assert dumped["distributed"] == {
         "strategy": "ddp",
         "fsdp": {

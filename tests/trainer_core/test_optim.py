@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -120,17 +122,31 @@ def test_schedules_are_hf_get_schedulers(name: str, warmup: int) -> None:
     assert again.param_groups[0]["lr"] == theirs.param_groups[0]["lr"]
 
 
-def test_trainer_core_imports_no_peft_or_deepspeed() -> None:
+def test_trainer_core_imports_no_peft_or_deepspeed(tmp_path: Path) -> None:
     """transformers.trainer_utils (set_seed, get_scheduler) pulls PEFT, DeepSpeed, MLflow,
-    accelerate: seconds per job that uses none of them (issue #33). A fresh interpreter."""
+    accelerate's trackers, and save_pretrained's unwrap asks accelerate, which imports
+    DeepSpeed: seconds per job that uses none of them (issue #33). A fresh interpreter
+    imports the loop and writes a (tiny) final model the way the loop does."""
     import subprocess
     import sys
 
-    code = (
-        "import sys, trainer_core.__main__, trainer_core.loop\n"
-        "bad = [m for m in ('peft', 'deepspeed', 'mlflow', 'ray', 'service', 'tensorboard',"
-        " 'transformers.trainer_utils', 'bitsandbytes') if m in sys.modules]\n"
-        "print(','.join(bad))\n"
-    )
+    from tc_helpers import MINILM
+
+    code = f"""
+import sys
+import trainer_core.__main__, trainer_core.loop
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+from shunter.jobspec import ModelSpec
+from trainer_core.export import write_model
+model = BertForSequenceClassification(BertConfig(hidden_size=8, num_hidden_layers=1,
+    num_attention_heads=2, intermediate_size=8, vocab_size=30522))
+cfg = ModelSpec.model_validate({{"name_or_path": {MINILM!r}, "task": "sequence-classification"}})
+write_model(model, model.state_dict(), AutoTokenizer.from_pretrained({MINILM!r}), cfg,
+    __import__("pathlib").Path({str(tmp_path / "final")!r}))
+bad = [m for m in ("peft", "deepspeed", "mlflow", "ray", "service", "tensorboard",
+    "transformers.trainer_utils", "bitsandbytes") if m in sys.modules]
+print("BAD=" + ",".join(bad))
+"""
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "", out.stdout
+    assert "BAD=\n" in out.stdout, out.stdout[-2000:]
+    assert (tmp_path / "final" / "model.safetensors").exists()
