@@ -21,6 +21,7 @@ from service.jobs.paths import (
     Resolved,
     local_model_config,
     model_config_errors,
+    pipeline_layer_errors,
     resolve_location,
     tensor_parallel_head_errors,
 )
@@ -54,7 +55,7 @@ def validate_spec(
     errors += path_errors
     if not path_errors:
         errors += model_config_errors(spec) + tensor_parallel_head_errors(spec)
-        errors += _tp_family_errors(spec)
+        errors += _tp_family_errors(spec) + pipeline_layer_errors(spec)
         errors += model_folder_errors(spec, allow_pickle_weights=allow_pickle_weights)
     if errors:
         raise SpecError(errors)

@@ -125,6 +125,28 @@ def tensor_parallel_head_errors(spec: JobSpec) -> list[FieldError]:
     return errors
 
 
+def pipeline_layer_errors(spec: JobSpec) -> list[FieldError]:
+    """Pipeline stages hold equal shares of the decoder layers: the pipeline size must divide
+    ``num_hidden_layers`` (config_overrides, else a local config.json; a hub model's is
+    checked when the trainer starts)."""
+    pp = spec.distributed.pipeline_parallel_size
+    if pp < 2 or "num_hidden_layers" in spec.model.config_overrides:
+        return []  # the override is checked in pass 1 (shunter.jobspec.topology)
+    path = spec.model.name_or_path
+    if path is None or not os.path.isabs(path):
+        return []
+    config, _ = _read_config(Path(path))
+    layers = _first_int([config], ("num_hidden_layers",)) if config is not None else None
+    if layers is None or layers % pp == 0:
+        return []
+    return [
+        FieldError(
+            "distributed.pipeline_parallel_size",
+            f"must divide the model's decoder layers (num_hidden_layers {layers}); {pp} does not",
+        )
+    ]
+
+
 def _not_in_roots(loc: str, raw: str, roots: Sequence[Path]) -> FieldError:
     return FieldError(
         loc,

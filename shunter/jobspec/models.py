@@ -136,6 +136,7 @@ Interval = Literal["no", "steps", "epoch"]
 Strategy = Literal["ddp", "fsdp", "deepspeed", "tp", "fsdp+tp"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 TP_STRATEGIES: frozenset[str] = frozenset({"tp", "fsdp+tp"})
+PipelineSchedule = Literal["gpipe", "1f1b"]
 FsdpSharding = Literal["full_shard", "shard_grad_op", "hybrid_shard", "no_shard"]
 FSDP_SHARDINGS: tuple[str, ...] = get_args(FsdpSharding)
 FsdpMixedPrecision = Literal["autocast", "params"]
@@ -652,6 +653,30 @@ class DistributedSpec(_Spec):
     )
     tensor_parallel_size: int = Field(
         1, ge=1, le=1024, description="ranks per tensor-parallel group (tp, fsdp+tp), 1..1024"
+    )
+    pipeline_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="pipeline stages (strategy ddp: a dp x pp mesh, consecutive decoder layers "
+        "per stage; Llama-family causal LMs), 1..1024; must divide num_workers and the layers",
+    )
+    pipeline_schedule: PipelineSchedule = Field(
+        "1f1b", description="pipeline schedule: gpipe | 1f1b (pipeline_parallel_size > 1)"
+    )
+    pipeline_microbatches: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="micro-batches per step through the pipeline; null = "
+        "training.gradient_accumulation_steps; 1f1b needs at least pipeline_parallel_size",
+    )
+    context_parallel_size: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="ranks splitting each sequence (torch context_parallel; CUDA only), 1..1024; "
+        "2 x it must divide data.max_length",
     )
 
 

@@ -12,6 +12,16 @@ ignored) on the workers; the message names the field to change and how:
 - Tensor parallelism has a plan for Llama-style decoders only (``TP_MODEL_TYPES``): a
   ``config_overrides.model_type`` outside it is rejected here; a local model's
   ``config.json`` and a hub id are checked by the service (pass 2) with ``tp_model_error``.
+- Pipeline parallelism (``pipeline_parallel_size``) runs under strategy ddp only (a
+  ``dp x pp`` mesh; no FSDP, DeepSpeed or TP stages), for full-weight causal-LM training of
+  Llama-family models (stages are cut from ``model.layers``; no LoRA/PEFT wrapper); it must
+  divide ``num_workers`` and the decoder layers (``config_overrides.num_hidden_layers`` here,
+  the model's config at start-up), and 1F1B needs at least as many micro-batches as stages.
+- Context parallelism splits each sequence over ranks with torch's ``context_parallel``, whose
+  ring attention needs CUDA SDPA kernels: refused on CPU workers; each rank gets two chunks
+  (load-balanced causal split), so ``2 x context_parallel_size`` must divide ``max_length``.
+- Neither is run by the training loop yet: a spec that passes the rules above still gets one
+  error saying so (the pipeline engine is tested against DDP in tests/trainer_core).
 - fp16 mixed precision keeps float32 master weights: ``model.dtype: float16`` with
   ``training.fp16`` fails in the grad scaler ("Attempting to unscale FP16 gradients").
 """
@@ -43,6 +53,8 @@ def topology_errors(spec: JobSpec) -> Iterator[FieldError]:
     yield from _fsdp_options(spec)
     yield from _deepspeed_options(spec)
     yield from _fp16_master_weights(spec)
+    yield from _pipeline(spec)
+    yield from _context_parallel(spec)
     model_type = spec.model.config_overrides.get("model_type")
     if isinstance(model_type, str):
         error = tp_model_error(spec, model_type, "model.config_overrides")
@@ -166,4 +178,116 @@ def _fp16_master_weights(spec: JobSpec) -> Iterator[FieldError]:
             "model.dtype",
             "fp16 mixed precision needs float32 parameters (the grad scaler cannot unscale "
             "float16 gradients); set model.dtype: float32",
+        )
+
+
+def _pipeline(spec: JobSpec) -> Iterator[FieldError]:
+    errors = list(_pipeline_layout(spec))
+    yield from errors
+    if not errors and spec.distributed.pipeline_parallel_size > 1:
+        yield FieldError(
+            "distributed.pipeline_parallel_size",
+            "the training loop does not drive pipeline stages yet (the engine, "
+            "trainer_core.parallel.pipeline, is tested against DDP but not wired into jobs); "
+            "use pipeline_parallel_size: 1",
+        )
+
+
+def _pipeline_layout(spec: JobSpec) -> Iterator[FieldError]:
+    d, workers = spec.distributed, spec.resources.num_workers
+    pp = d.pipeline_parallel_size
+    if pp == 1:
+        if d.pipeline_microbatches is not None:
+            yield FieldError(
+                "distributed.pipeline_microbatches",
+                "only with distributed.pipeline_parallel_size > 1; remove it",
+            )
+        if d.pipeline_schedule != "1f1b":
+            yield FieldError(
+                "distributed.pipeline_schedule",
+                "only with distributed.pipeline_parallel_size > 1; remove it",
+            )
+        return
+    field = "distributed.pipeline_parallel_size"
+    if d.strategy != "ddp":
+        yield FieldError(
+            field,
+            f"pipeline stages run under strategy ddp only (a dp x pp mesh), not "
+            f"{d.strategy!r}; set strategy: ddp or pipeline_parallel_size: 1",
+        )
+    if d.context_parallel_size > 1:
+        yield FieldError(field, "pipeline and context parallelism together are not supported")
+    if workers % pp:
+        yield FieldError(field, f"must divide resources.num_workers ({workers}); {pp} does not")
+    if spec.model.task != "causal-lm":
+        yield FieldError(
+            field,
+            f"pipeline stages are cut for causal-lm models only, not {spec.model.task!r}",
+        )
+    if spec.model.lora is not None or spec.model.peft is not None:
+        yield FieldError(field, "pipeline stages train all weights; remove model.lora / model.peft")
+    model_type = spec.model.config_overrides.get("model_type")
+    if isinstance(model_type, str) and model_type not in TP_MODEL_TYPES:
+        yield FieldError(
+            field,
+            f"pipeline stages are cut for Llama-family models "
+            f"({', '.join(sorted(TP_MODEL_TYPES))}), not {model_type!r}",
+        )
+    layers = spec.model.config_overrides.get("num_hidden_layers")
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers % pp:
+        yield FieldError(
+            field,
+            f"must divide the decoder layers (model.config_overrides.num_hidden_layers = "
+            f"{layers}); {pp} does not",
+        )
+    micro = d.pipeline_microbatches or spec.training.gradient_accumulation_steps
+    if d.pipeline_schedule == "1f1b" and micro < pp:
+        yield FieldError(
+            "distributed.pipeline_microbatches",
+            f"1f1b needs at least pipeline_parallel_size ({pp}) micro-batches, got {micro} "
+            "(null = training.gradient_accumulation_steps); raise it or use gpipe",
+        )
+
+
+def _context_parallel(spec: JobSpec) -> Iterator[FieldError]:
+    errors = list(_context_parallel_layout(spec))
+    yield from errors
+    if not errors and spec.distributed.context_parallel_size > 1:
+        yield FieldError(
+            "distributed.context_parallel_size",
+            "the trainer does not run context parallelism yet; use context_parallel_size: 1",
+        )
+
+
+def _context_parallel_layout(spec: JobSpec) -> Iterator[FieldError]:
+    d, r = spec.distributed, spec.resources
+    cp = d.context_parallel_size
+    if cp == 1:
+        return
+    field = "distributed.context_parallel_size"
+    if r.gpus_per_worker == 0:
+        yield FieldError(
+            field,
+            "context parallelism needs CUDA (torch's context_parallel runs ring attention "
+            "on the CUDA SDPA kernels); set resources.gpus_per_worker: 1 or "
+            "context_parallel_size: 1",
+        )
+    if spec.data.max_length % (2 * cp):
+        yield FieldError(
+            field,
+            f"2 x context_parallel_size ({2 * cp}) must divide data.max_length "
+            f"({spec.data.max_length}): each rank takes two equal chunks of every sequence",
+        )
+    if d.strategy == "deepspeed":
+        yield FieldError(field, "not with strategy deepspeed; use fsdp, fsdp+tp or ddp")
+    tp = d.tensor_parallel_size if d.strategy in TP_STRATEGIES else 1
+    if r.num_workers % (tp * cp):
+        yield FieldError(
+            field,
+            f"tensor_parallel_size x context_parallel_size ({tp * cp}) must divide "
+            f"resources.num_workers ({r.num_workers})",
+        )
+    if spec.model.task not in ("causal-lm", "chat-sft"):
+        yield FieldError(
+            field, f"sequences are split for causal-lm / chat-sft only, not {spec.model.task!r}"
         )

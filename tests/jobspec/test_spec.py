@@ -146,6 +146,10 @@ def test_good_spec_is_resolved_with_defaults_filled(root: Path) -> None:
             "config": None,
         },
         "tensor_parallel_size": 1,
+        "pipeline_parallel_size": 1,
+        "pipeline_schedule": "1f1b",
+        "pipeline_microbatches": None,
+        "context_parallel_size": 1,
     }
     assert dumped["priority"] == "normal"
     assert dumped["max_restarts"] == 2

@@ -116,7 +116,10 @@ def run_job(job: Job, device: torch.device) -> dict[str, Any]:
         rows = job.global_batch // engine.dp_size
         mine = batch_for(step, job)[engine.dp_rank * rows : (engine.dp_rank + 1) * rows]
         total = torch.zeros((), device=device)
-        for i, micro in enumerate(mine.to(device).chunk(ACCUM)):
+        pipeline_step = getattr(engine, "pipeline_step", None)
+        if pipeline_step is not None:  # a schedule runs the whole window (cfg's microbatches)
+            total += pipeline_step(mine, mine)
+        for i, micro in enumerate(() if pipeline_step else mine.to(device).chunk(ACCUM)):
             sync = contextlib.nullcontext() if i == ACCUM - 1 else engine.no_sync()
             with sync:
                 # Equal-length rows: the mean over micro-batches and ranks is the global mean.

@@ -10,8 +10,9 @@ Meshes (``_meshes``, shaped by the pure ``mesh.mesh_dims``): one device mesh
 TP inside each group of adjacent ranks, replicated across groups (data sharded by the
 data-parallel rank, not the global one); ``fsdp+tp`` shards across groups by
 ``fsdp.sharding`` (all four modes, ``hybrid_shard`` and ``no_shard`` as a 3-D mesh).
-World-size rules (``mesh.check_world``) are asserted here, where the world is known;
-the JobSpec rejects the same cases at submit.
+Pipeline parallelism (``pipeline_parallel_size > 1``, strategy ddp) is its own ``dp x pp``
+mesh and engine (``pipeline.build_pipeline``). World-size rules (``mesh.check_world``) are
+asserted here, where the world is known; the JobSpec rejects the same cases at submit.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from trainer_core.parallel.config import ParallelConfig
 from trainer_core.parallel.deepspeed_engine import build_deepspeed
 from trainer_core.parallel.fsdp import apply_fsdp
 from trainer_core.parallel.mesh import check_device, check_world, mesh_dims
+from trainer_core.parallel.pipeline import build_pipeline
 from trainer_core.parallel.torch_engine import TorchEngine
 from trainer_core.parallel.tp import apply_tp
 
@@ -59,6 +61,24 @@ def build_engine(
     grouped = dist.is_available() and dist.is_initialized()
     world = dist.get_world_size() if grouped else 1
     rank = dist.get_rank() if grouped else 0
+    if cfg.context_parallel_size > 1:
+        raise ValueError(
+            "distributed.context_parallel_size > 1: the trainer does not run context "
+            "parallelism yet; set it to 1"
+        )
+    if cfg.pipeline_parallel_size > 1:
+        if not grouped or cfg.strategy != "ddp":
+            raise ValueError(
+                "pipeline_parallel_size > 1 needs strategy ddp over a process group "
+                f"(got strategy {cfg.strategy!r}, {world} process(es))"
+            )
+        return build_pipeline(
+            model,
+            cfg,
+            make_optimizer=make_optimizer,
+            device=device,
+            autocast_dtype=_autocast_dtype(cfg),
+        )
     unwrapped = model
     model.to(device)
     autocast = _autocast_dtype(cfg)

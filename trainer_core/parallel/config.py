@@ -15,7 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shunter.jobspec import DistributedSpec, JobSpec, TrainingSpec
-from shunter.jobspec.models import DeepSpeedStage, FsdpMixedPrecision, FsdpSharding, Strategy
+from shunter.jobspec.models import (
+    DeepSpeedStage,
+    FsdpMixedPrecision,
+    FsdpSharding,
+    PipelineSchedule,
+    Strategy,
+)
 
 __all__ = ["DeepSpeedStage", "FsdpMixedPrecision", "FsdpSharding", "ParallelConfig", "Strategy"]
 
@@ -31,7 +37,8 @@ class ParallelConfig:
     node-local ranks (``LOCAL_WORLD_SIZE``), as torch and HF do. ``deepspeed_config``: the
     spec's DeepSpeed config, merged (recursively) over the one built from these fields.
     ``max_grad_norm`` (``None`` = no clipping) and ``micro_batch_size`` are read by DeepSpeed,
-    which needs them at construction.
+    which needs them at construction. ``pipeline_microbatches``: the spec's, or its
+    ``gradient_accumulation_steps`` when null.
     """
 
     strategy: Strategy = _D.strategy
@@ -45,6 +52,10 @@ class ParallelConfig:
     deepspeed_mixed_precision: FsdpMixedPrecision = _D.deepspeed.mixed_precision
     deepspeed_config: Mapping[str, Any] | None = field(default=None, compare=False)
     tensor_parallel_size: int = _D.tensor_parallel_size
+    pipeline_parallel_size: int = _D.pipeline_parallel_size
+    pipeline_schedule: PipelineSchedule = _D.pipeline_schedule
+    pipeline_microbatches: int = _T.gradient_accumulation_steps
+    context_parallel_size: int = _D.context_parallel_size
     bf16: bool = _T.bf16
     fp16: bool = _T.fp16
     max_grad_norm: float | None = _T.max_grad_norm or None
@@ -66,6 +77,10 @@ class ParallelConfig:
             deepspeed_mixed_precision=d.deepspeed.mixed_precision,
             deepspeed_config=d.deepspeed.config,
             tensor_parallel_size=d.tensor_parallel_size,
+            pipeline_parallel_size=d.pipeline_parallel_size,
+            pipeline_schedule=d.pipeline_schedule,
+            pipeline_microbatches=d.pipeline_microbatches or t.gradient_accumulation_steps,
+            context_parallel_size=d.context_parallel_size,
             bf16=t.bf16,
             fp16=t.fp16,
             max_grad_norm=t.max_grad_norm or None,

@@ -1,0 +1,66 @@
+"""Pipeline stages without a process group: the cut, the stage forward, the loss, refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from tests.trainer_core.test_strategies_harness import TINY_LLAMA
+from trainer_core.parallel.pipeline import StageModule, causal_lm_loss, stage_layers
+from trainer_core.parallel.pipeline import _check_model as check_model
+
+
+def _model(**overrides: object) -> LlamaForCausalLM:
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**{**TINY_LLAMA, "num_hidden_layers": 4, **overrides}))
+
+
+def test_stage_layers_are_equal_consecutive_shares() -> None:
+    assert [list(stage_layers(4, 2, s)) for s in range(2)] == [[0, 1], [2, 3]]
+    assert [list(stage_layers(4, 4, s)) for s in range(4)] == [[0], [1], [2], [3]]
+    with pytest.raises(ValueError, match="must divide the model's 4 decoder layers"):
+        stage_layers(4, 3, 0)
+
+
+def test_stages_chained_give_the_full_models_logits_and_loss() -> None:
+    model = _model()
+    ids = torch.randint(
+        0, TINY_LLAMA["vocab_size"], (3, 12), generator=torch.Generator().manual_seed(1)
+    )
+    with torch.no_grad():
+        want = model(input_ids=ids, labels=ids)
+        h = ids
+        for s in range(2):
+            h = StageModule(model, stage_layers(4, 2, s), first=s == 0, last=s == 1)(h)
+    assert torch.allclose(h, want.logits, atol=1e-5)
+    assert abs(causal_lm_loss(h, ids).item() - want.loss.item()) < 1e-5
+
+
+def test_stage_keys_are_the_hf_names() -> None:
+    model = _model()
+    full = set(model.state_dict())
+    parts = [
+        set(StageModule(model, stage_layers(4, 2, s), first=s == 0, last=s == 1).state_dict())
+        for s in range(2)
+    ]
+    assert parts[0] | parts[1] == full and not parts[0] & parts[1]
+    assert "model.embed_tokens.weight" in parts[0] and "lm_head.weight" in parts[1]
+    assert "model.layers.2.mlp.up_proj.weight" in parts[1]
+
+
+def test_loss_ignores_masked_labels() -> None:
+    logits = torch.randn(2, 5, 7)
+    labels = torch.tensor([[1, 2, 3, -100, -100], [4, 5, 6, 1, 2]])
+    shifted, target = logits[:, :-1].reshape(-1, 7), labels[:, 1:].reshape(-1)
+    keep = target != -100
+    want = torch.nn.functional.cross_entropy(shifted[keep], target[keep])
+    assert torch.allclose(causal_lm_loss(logits, labels), want)
+
+
+def test_refuses_tied_embeddings_and_non_llama_models() -> None:
+    assert check_model(_model()) == 4
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        check_model(_model(tie_word_embeddings=True))
+    with pytest.raises(ValueError, match="not a Llama-family causal LM"):
+        check_model(torch.nn.Linear(2, 2))
