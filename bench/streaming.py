@@ -22,6 +22,10 @@ the straight run's (exactly, and the largest difference).
 
     python bench/streaming.py                   # ~1 GB, cap 200 MB, 40 steps, stop at 20
     python bench/streaming.py --quick           # a small corpus and cap: a smoke run
+    python bench/streaming.py --mb 40 --cap-mb 8 --shard-kb 128   # the same ratios, smaller
+
+Tokenising is the cost: MiniLM's tokenizer takes about 3.4 s of one core per MB of text here,
+so the 1 GB default needs about an hour of CPU on one core (once: later jobs read the shards).
 """
 
 from __future__ import annotations
@@ -62,6 +66,8 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--stop-at", type=int, default=20, help="the preemption: after this step")
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--shard-kb", type=int, help="target shard size (default 4 MiB)")
+    p.add_argument("--window", type=int, help="shards shuffled together (default 8)")
     p.add_argument("--s3", action="store_true", help="a local moto S3 store (slower)")
     p.add_argument("--quick", action="store_true", help="0.3 MB, cap 48 KB, 12 steps")
     p.add_argument("--job", help=argparse.SUPPRESS)  # a child: the job's JSON description
@@ -69,6 +75,7 @@ def _args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.mb, args.cap_mb, args.steps, args.stop_at = 0.3, 0.048, 12, 6
         args.max_length, args.batch = 32, 4
+        args.shard_kb, args.window = args.shard_kb or 2, args.window or 2
     return args
 
 
@@ -132,7 +139,7 @@ def _job(desc: dict[str, Any]) -> dict[str, Any]:
         finally:
             tokenise_s.append(time.perf_counter() - t0)
 
-    streaming_mod.tokenize_to_shards = timed  # type: ignore[assignment]
+    streaming_mod.tokenize_to_shards = timed
     cache = Watched(Path(desc["node"]), limit_bytes=desc["cap"])
     node = NodeInputs(cache, tokenized=tokenized_root(desc["root"]))
     out = Path(desc["out"])
@@ -217,9 +224,10 @@ def main() -> None:
     from tests.trainer_core.tc_helpers import MINILM
     from trainer_core.streaming import SHARD_BYTES_ENV, WINDOW_ENV
 
-    if args.quick:
-        os.environ[SHARD_BYTES_ENV] = "2048"
-        os.environ[WINDOW_ENV] = "2"
+    if args.shard_kb:
+        os.environ[SHARD_BYTES_ENV] = str(args.shard_kb * 1024)
+    if args.window:
+        os.environ[WINDOW_ENV] = str(args.window)
     cap = int(args.cap_mb * MB)
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-stream-")))
@@ -277,9 +285,12 @@ def main() -> None:
         shard_bytes = sum(s for p, s in shards if "shard-" in p)
         shard_count = sum(1 for p, _ in shards if "shard-" in p)
     print(f"dataset: {size / MB:.1f} MB of text (written and stored in {upload_s:.1f}s)")
-    print(f"shards: {shard_count} files, {shard_bytes / MB:.1f} MB tokenised (packed, int32)")
+    print(f"shards: {shard_count} files, {shard_bytes / MB:.1f} MB tokenised (packed)")
     print(f"tokenising (streamed, first job): {results['straight']['tokenise_s']:.1f}s")
-    print(f"node cache cap: {cap / MB:.3f} MB each")
+    print(
+        f"node cache cap: {cap / MB:.3f} MB each; shard target {args.shard_kb or 4096} KB, "
+        f"window {args.window or 8}"
+    )
     print(f"{'job':10} {'steps':>5} {'max cache MB':>12} {'under cap':>9} {'fetched MB':>10}")
     for name, r in results.items():
         steps = sorted(r["losses"])

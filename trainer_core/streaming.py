@@ -29,6 +29,7 @@ Without object storage (a shared or local disk, torchrun) the shards are written
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -49,9 +50,9 @@ import torch.distributed as dist
 from transformers import PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig, DataSource
-from trainer_core.data import SharedData, fingerprint, load_tokenized
+from trainer_core.data import SharedData, _required_fields, fingerprint, load_tokenized
 from trainer_core.formats import DataFileError
-from trainer_core.manifest import MANIFEST, file_table
+from trainer_core.manifest import MANIFEST
 from trainer_core.tasks import task_ops
 
 __all__ = [
@@ -77,6 +78,7 @@ DEFAULT_WINDOW = 8
 _FORMAT_VERSION = 1
 _MAP_BATCH = 1000  # rows per encode call, as ``datasets.map``'s default batch
 _STREAMABLE = ("text", "jsonl")
+_MASKS = ("attention_mask", "token_type_ids", "special_tokens_mask")  # 0/1: int8
 
 
 # ---------------------------------------------------------------- choosing
@@ -204,8 +206,6 @@ def _env_int(name: str, default: int) -> int:
 
 
 def _stream_key(base: str, shard_bytes: int, window: int) -> str:
-    import hashlib
-
     doc = json.dumps(["stream", _FORMAT_VERSION, base, shard_bytes, window])
     return hashlib.sha256(doc.encode()).hexdigest()
 
@@ -364,6 +364,7 @@ def tokenize_to_shards(
         raise DataFileError(f"streaming reads text or jsonl data, not {fmt}")
     ops = task_ops(task)
     text = cfg.text_field
+    required = _required_fields(cfg, task)
     pending: list[pa.Table] = []
     pending_rows = 0
     rows_per_shard = 0
@@ -381,6 +382,9 @@ def tokenize_to_shards(
             sink(path)
 
         for batch in _row_batches(_lines(streams), fmt, cfg):
+            missing = [f for f in required if f not in batch]
+            if missing:
+                raise DataFileError(f"no {', '.join(map(repr, missing))} field in the rows")
             if ops.filter_empty:
                 if text not in batch:
                     raise DataFileError(f"no {text!r} field in the rows (data.text_field)")
@@ -418,13 +422,15 @@ def tokenize_to_shards(
 
 
 def _compact(table: pa.Table) -> pa.Table:
-    """Integer lists stored as int32 (token ids, masks, labels): half the bytes of the int64
-    the tokenizer's Python ints become, and read back as the same Python ints."""
+    """Integer lists stored narrower than the int64 the tokenizer's Python ints become: 0/1
+    masks as int8, token ids and labels as int32 (a value that does not fit raises); read
+    back as the same Python ints."""
     fields = []
     for field in table.schema:
         t = field.type
         if pa.types.is_list(t) and pa.types.is_int64(t.value_type):
-            fields.append(pa.field(field.name, pa.list_(pa.int32())))
+            narrow = pa.int8() if field.name in _MASKS else pa.int32()
+            fields.append(pa.field(field.name, pa.list_(narrow)))
         else:
             fields.append(field)
     return table.cast(pa.schema(fields))
@@ -654,8 +660,3 @@ class StreamOrder:
             for b, indices in enumerate(self.epoch(epoch)[first:], start=first):
                 yield epoch, b, indices
             epoch, first = epoch + 1, 0
-
-
-def shard_table(directory: Path) -> dict[str, dict[str, Any]]:
-    """The manifest rows of the files in ``directory`` (one shard, or the index)."""
-    return file_table(directory)
