@@ -19,7 +19,12 @@ already in the store never downloads the raw file.
 
 ``NodeInputs`` is trainer_core's ``SharedData``. Tokenised datasets live in the store under
 ``<storage>/.cache/tokenized/<key>/`` (``save_to_disk`` files, ``manifest.json`` last) and are
-read through the node cache like any object.
+read through the node cache like any object. A dataset larger than the cache streams
+(``trainer_core.streaming``): its raw file is read from the store block by block, each block
+checked against its manifest (``open_input``), never cached whole; its tokenised shards are
+uploaded one at a time (``put_tokenized_file``, then ``finish_tokenized`` writes the manifest)
+and read one shard per cache object (``fetch_tokenized_file``, unpinned by
+``release_tokenized_file`` once the reader has passed it).
 
 **Who builds a tokenised dataset** (two jobs racing on the same key): a claim object beside it,
 ``<key>.claim`` = ``{"token", "expires"}``, with a lease the holder renews every third of
