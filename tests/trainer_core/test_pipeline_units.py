@@ -7,7 +7,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from tests.trainer_core.test_strategies_harness import TINY_LLAMA
-from trainer_core.parallel.pipeline import StageModule, causal_lm_loss, stage_layers
+from trainer_core.parallel import ParallelConfig
+from trainer_core.parallel.pipeline import (
+    StageModule,
+    build_pipeline,
+    causal_lm_loss,
+    stage_layers,
+)
 from trainer_core.parallel.pipeline import _check_model as check_model
 
 
@@ -64,3 +70,17 @@ def test_refuses_tied_embeddings_and_non_llama_models() -> None:
         check_model(_model(tie_word_embeddings=True))
     with pytest.raises(ValueError, match="not a Llama-family causal LM"):
         check_model(torch.nn.Linear(2, 2))
+
+
+def test_build_refuses_fp16_and_tied_embeddings_before_any_collective() -> None:
+    def make(m: torch.nn.Module) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(m.parameters())
+
+    cpu = torch.device("cpu")
+    with pytest.raises(ValueError, match="no fp16 grad scaler"):
+        cfg = ParallelConfig(pipeline_parallel_size=2, fp16=True)
+        build_pipeline(_model(), cfg, make_optimizer=make, device=cpu, autocast_dtype=None)
+    with pytest.raises(ValueError, match="tie_word_embeddings"):
+        cfg = ParallelConfig(pipeline_parallel_size=2)
+        model = _model(tie_word_embeddings=True)
+        build_pipeline(model, cfg, make_optimizer=make, device=cpu, autocast_dtype=None)

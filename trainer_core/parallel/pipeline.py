@@ -240,13 +240,17 @@ def build_pipeline(
 ) -> PipelineEngine:
     """Cut ``model`` into this rank's stage on a ``dp x pp`` mesh (pp ranks adjacent) and
     return its engine; the optimizer covers this stage's parameters only."""
+    if cfg.fp16:
+        raise ValueError(
+            "pipeline_parallel_size > 1 has no fp16 grad scaler across stages; use bf16"
+        )
+    num_layers = _check_model(model)
     world = dist.get_world_size()
     pp = cfg.pipeline_parallel_size
     if world % pp:
         raise ValueError(
             f"pipeline_parallel_size={pp} must divide num_workers ({world}); pick a divisor"
         )
-    num_layers = _check_model(model)
     dp = world // pp
     mesh = init_device_mesh(device.type, (dp, pp), mesh_dim_names=("dp", "pp"))
     pp_mesh, dp_mesh = mesh["pp"], mesh["dp"]
