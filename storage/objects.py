@@ -25,6 +25,7 @@ denied access, a missing bucket.
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 import random
@@ -176,14 +177,14 @@ def _endpoint() -> str | None:
 
 
 def _s3() -> FileSystem:
-    from pyarrow.fs import S3FileSystem
+    s3_class = _s3_class()
 
     endpoint = _endpoint()
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
     if endpoint is None:
-        return S3FileSystem(region=region, **_s3_faults())
+        return s3_class(region=region, **_s3_faults())
     url = urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
-    return S3FileSystem(
+    return s3_class(
         region=region or "us-east-1",
         scheme=url.scheme,
         endpoint_override=url.netloc,
@@ -196,13 +197,35 @@ def _s3() -> FileSystem:
 def _s3_faults() -> dict[str, Any]:
     """The SDK's own retries and connect timeout (a stalled read is cut by the SDK's low-speed
     limit; pyarrow ignores ``request_timeout`` on Linux)."""
-    from pyarrow.fs import AwsStandardS3RetryStrategy
-
-    attempts = int(os.environ.get("SHUNTER_S3_MAX_ATTEMPTS", "10"))
     return {
-        "retry_strategy": AwsStandardS3RetryStrategy(max_attempts=attempts),
+        "max_attempts": int(os.environ.get("SHUNTER_S3_MAX_ATTEMPTS", "10")),
         "connect_timeout": float(os.environ.get("SHUNTER_S3_CONNECT_TIMEOUT_S", "5")),
     }
+
+
+@functools.cache
+def _s3_class() -> type[FileSystem]:
+    """``S3FileSystem`` that keeps its retry strategy when pickled. pyarrow's own pickle drops
+    it (pyarrow 26), so the filesystem Ray Train gets in ``RunConfig`` (and uploads checkpoints
+    with) fell back to the SDK's 3 attempts; and ``copy_files`` ignores a part upload that
+    failed past them (logged, not raised), so a checkpoint was stored without a file."""
+    from pyarrow.fs import AwsStandardS3RetryStrategy, S3FileSystem
+
+    class RetryingS3FileSystem(S3FileSystem):  # type: ignore[misc]
+        def __init__(self, *, max_attempts: int, **kwargs: Any) -> None:
+            retry = AwsStandardS3RetryStrategy(max_attempts=max_attempts)
+            super().__init__(retry_strategy=retry, **kwargs)
+            self.max_attempts = max_attempts
+
+        def __reduce__(self) -> tuple[Any, ...]:
+            kwargs = S3FileSystem.__reduce__(self)[1][0]
+            return (_s3_rebuild, (self.max_attempts, kwargs))
+
+    return RetryingS3FileSystem
+
+
+def _s3_rebuild(max_attempts: int, kwargs: dict[str, Any]) -> FileSystem:
+    return _s3_class()(max_attempts=max_attempts, **kwargs)
 
 
 def resolve(uri: str) -> tuple[FileSystem, str]:
