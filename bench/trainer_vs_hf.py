@@ -77,7 +77,7 @@ if __name__ == "__main__" and "--hf-job" in sys.argv:
         max_steps=_hf_t["max_steps"],
         per_device_train_batch_size=_hf_t["per_device_train_batch_size"],
         learning_rate=_hf_t["learning_rate"],
-        optim=_hf_t["optim"],
+        **({"optim": _hf_t["optim"]} if "optim" in _hf_t else {}),  # default: HF's
         logging_steps=_hf_t["logging_steps"],
         seed=_hf_t["seed"],
         report_to="none",
@@ -318,8 +318,7 @@ def process_main(args: argparse.Namespace) -> None:
             "max_steps": args.steps,
             "per_device_train_batch_size": args.batch_size,
             "learning_rate": args.lr,
-            "optim": "adamw_torch",
-            "logging_steps": 10,
+            "logging_steps": 10,  # the optimizer: each side's default (both adamw_torch_fused)
             "seed": args.seed,
         },
     }
