@@ -76,6 +76,7 @@ FAST = {
         "sqlite",
     ),
     "webhooks.py": (["--jobs", "3", "--backlog", "5", "--interval", "0.1"], "drain_per_s"),
+    "webhook_backlog.py": (["--backlog", "20", "--receiver-ms", "1"], "ratio fifo/fair"),
     "step_timing.py": (
         ["--steps", "20", "--rounds", "1", "--window", "10", "--hidden", "16", "--layers", "1"],
         "ratio timed/baseline",
@@ -93,6 +94,10 @@ SLOW = {  # a Ray head and torchrun, a training step and an export, a moto S3: t
     "overhead.py": (["--steps", "3", "--repeat", "1"], "torchrun"),
     "resume_fetch.py": (["--quick", "--strategies", "fsdp"], "fetched MB"),
     "startup.py": (["--quick", "--burst", "2"], "jobs/min"),
+    "storage_faults.py": (
+        ["--mib", "1", "--sdk-attempts", "1", "--bound", "1"],
+        "dead endpoint: StorageUnavailable",
+    ),
     "streaming.py": (["--quick"], "losses equal at every step: yes"),
 }
 

@@ -61,7 +61,9 @@ def test_submit_dry_run_plans_on_the_server_and_queues_nothing(
     assert body["valid"] is True and body["spec"]["name"] == "dry"
     plan = body["plan"]
     assert plan["world_size"] == 1 and plan["param_count"] > 0
-    assert plan["memory"]["total_bytes"] == 16 * plan["param_count"]
+    steps = plan["memory"]["optimizer_bytes"] - 8 * plan["param_count"]  # a 4 B step per tensor
+    assert 0 < steps < 4 * 100 and steps % 4 == 0
+    assert plan["memory"]["total_bytes"] == 16 * plan["param_count"] + steps
     same = as_json(run("validate", str(path), "--server", "--json", *auth))
     assert same["plan"] == plan
     human = run("submit", "--dry-run", str(path), *auth)
@@ -92,7 +94,9 @@ def test_offline_validate_counts_a_from_scratch_config(tmp_path: Path) -> None:
     )
     assert expected is not None and plan["param_count"] == expected
     assert plan["trainable_param_count"] == expected
-    assert plan["memory"]["total_bytes"] == 16 * expected  # fp32 + AdamW, one DDP rank
+    steps = plan["memory"]["optimizer_bytes"] - 8 * expected  # AdamW's 4 B step per tensor
+    assert 0 < steps < 4 * 100 and steps % 4 == 0
+    assert plan["memory"]["total_bytes"] == 16 * expected + steps  # fp32 + AdamW, one DDP rank
     spec["model"]["config_overrides"]["vocab_size"] = 101  # one more row of hidden_size 32
     wider = as_json(run("validate", str(write(tmp_path, spec)), "--json"))["plan"]
     assert wider["param_count"] == expected + 32

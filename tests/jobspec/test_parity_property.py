@@ -89,6 +89,15 @@ OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
     "training.report_to": None,  # mlflow needs a server setting
     "training.metric_for_best_model": st.none() | st.sampled_from(["loss", "accuracy"]),
     "training.class_weights": None,
+    # The memory-saving optimizers have rules of their own (tests/jobspec/test_optimizers.py);
+    # here the run's shape is what varies.
+    "training.optim": st.sampled_from(
+        ["adamw_torch", "adamw_torch_fused", "adafactor", "sgd", "lion"]
+    ),
+    "training.optim_target_modules": None,
+    "training.optim_args": None,
+    "training.loraplus_lr_ratio": None,
+    "model.quantization": None,  # GPU workers, LoRA and ddp only: test_optimizers.py
     "distributed.deepspeed.config": _DS_CONFIG,
     "distributed.tensor_parallel_size": st.sampled_from([1, 2]),
     # Pipeline / context parallel: refused at submit until the loop runs them (topology.py).

@@ -64,7 +64,10 @@ def test_dry_run_returns_spec_and_plan(client: Any, admin_token: str, db: Any) -
     # Counted on the meta device from the config: a positive, exact integer.
     assert isinstance(plan["param_count"], int) and plan["param_count"] > 0
     assert plan["trainable_param_count"] == plan["param_count"]
-    assert plan["memory"]["total_bytes"] == 16 * plan["param_count"]  # fp32 + AdamW, DDP
+    # fp32 weights + grads + AdamW's two states, DDP; the fused AdamW keeps a 4 B step per tensor
+    steps = plan["memory"]["optimizer_bytes"] - 8 * plan["param_count"]
+    assert 0 < steps < 4 * 100 and steps % 4 == 0
+    assert plan["memory"]["total_bytes"] == 16 * plan["param_count"] + steps
     assert plan["train_rows"] == 2  # the data_root's train.tsv: a header and two rows
     assert plan["total_steps"] == 20 and plan["fits"] is None
 
