@@ -148,7 +148,9 @@ def make_optimizer(module: nn.Module, cfg: TrainingConfig) -> torch.optim.Optimi
         low = AdamW8bit if cfg.optim == "adamw_torch_8bit" else AdamW4bit
         return low(groups, lr=lr, betas=betas, eps=eps)  # type: ignore[no-any-return]
     if cfg.optim in ("adamw_torch", "adamw_torch_fused"):
-        fused = cfg.optim == "adamw_torch_fused"
+        # torch's fused kernel refuses a mix of DTensor parameters and plain step tensors
+        # (FSDP2, TP on CPU): there the same AdamW runs unfused, with the same numbers.
+        fused = cfg.optim == "adamw_torch_fused" and not _has_dtensor(groups)
         return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=cfg.adam_epsilon, fused=fused)
     if cfg.optim == "adafactor":
         from transformers.optimization import Adafactor  # imports PEFT: only when used
@@ -333,3 +335,10 @@ class Lion(torch.optim.Optimizer):
                 p.add_(update, alpha=-group["lr"])
                 exp_avg.mul_(beta2).add_(p.grad, alpha=1 - beta2)
         return loss
+
+
+def _has_dtensor(groups: Iterable[dict[str, Any]]) -> bool:
+    """Whether any parameter in ``groups`` is a DTensor (sharded by FSDP2 or TP)."""
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for g in groups for p in g["params"])
