@@ -26,13 +26,14 @@ def test_submit_to_launched_without_waiting_for_the_tick(make_settings: Callable
         r = client.post("/v1/jobs", json=tiny_spec(), headers=bearer(token))
         assert r.status_code == 201, r.text
         job_id = r.json()["id"]
-        while f"{job_id}-1" not in launcher.submitted and time.monotonic() - t0 < 10:
+        while f"{job_id}-1" not in launcher.submitted and time.monotonic() - t0 < 30:
             time.sleep(0.01)
         took = time.monotonic() - t0
         assert f"{job_id}-1" in launcher.submitted, "the submit did not wake the scheduler"
-        # <= 1 s on a quiet machine (bench/startup.py); the bound leaves room for a loaded CI
-        # box and is still far below the tick.
-        assert took < 3.0, f"submit -> launched took {took:.2f} s"
+        # <= 1 s on a quiet machine (bench/startup.py measures it); what this test shows is that
+        # the submit did not wait for the tick, so the bound is a third of it (a loaded 2-core
+        # CI box once took over 3 s).
+        assert took < TICK_S / 3, f"submit -> launched took {took:.2f} s"
         job = client.get(f"/v1/jobs/{job_id}", headers=bearer(token)).json()
         assert job["status"] == "starting"
         print(f"submit -> launched {took:.3f} s")
