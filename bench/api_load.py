@@ -104,7 +104,7 @@ def seed(home: Path, db_url: str, n_jobs: int, queued: float) -> tuple[str, list
     from service.accounts.auth import bootstrap_admin
     from service.db.engine import Database
     from service.db.migrate import upgrade
-    from service.db.models import Event, Job
+    from service.db.tables import Event, Job
     from service.home import seed_home
     from service.jobs.admission import validate_spec
     from service.jobs.submit import new_job_id

@@ -10,11 +10,14 @@ replay's wall and CPU seconds. Bars: median <= 0.25, coverage >= 0.80, share err
 utilisation >= 0.95 x FIFO, replay <= 30 s.
 
 Traces: ``busy`` (``trace.generate_busy``: issue #19's day, 3 teams a:1 b:2 c:1, ~2,850
-jobs) and ``bursty`` (``trace.generate_bursty``: another shape, 4 teams 1:1:2:3, sweeps,
-per-team limit habits, priorities, ~2,900 jobs).
+jobs), ``bursty`` (``trace.generate_bursty``: another shape, 4 teams 1:1:2:3, sweeps,
+per-team limit habits, priorities, ~2,900 jobs), ``contended`` (``trace.generate_contended``:
+every team submitting 1.5x its share, 3 teams 1:2:1) and ``mixed``
+(``trace_mix.generate_mixed``: per-team habits drawn from the seed, heavy-tailed run times,
+early crashes, priority mixes, 4 teams 1:1:2:3, ~1,500 jobs).
 
-    .venv/bin/python bench/eta_calibration.py [--traces busy:0,bursty:0] [--hours 24]
-        [--no-legacy] [--no-fifo]
+    .venv/bin/python bench/eta_calibration.py [--traces busy:0,bursty:0,contended:0,mixed:0]
+        [--hours 24] [--no-legacy] [--no-fifo]
 """
 
 from __future__ import annotations
@@ -27,8 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's code
 
-from service.scheduler.sim import SimConfig, SimJob, SimTeam, simulate
-from service.scheduler.trace import generate_bursty, generate_busy
+from service.sim.engine import SimConfig, SimJob, SimTeam, simulate
+from service.sim.trace import generate_bursty, generate_busy, generate_contended
+from service.sim.trace_mix import generate_mixed
 
 NODES = [{"gpus": 8, "cpus": 64}] * 4
 
@@ -40,7 +44,13 @@ def _trace(kind: str, seed: int, hours: float) -> tuple[dict[str, float], list[d
     if kind == "bursty":
         w = {"a": 1.0, "b": 1.0, "c": 2.0, "d": 3.0}
         return w, generate_bursty(weights=w, hours=hours, jobs=round(2900 * hours / 24), seed=seed)
-    raise SystemExit(f"unknown trace kind {kind!r}: busy | bursty")
+    if kind == "contended":
+        w = {"a": 1.0, "b": 2.0, "c": 1.0}
+        return w, generate_contended(weights=w, hours=hours, seed=seed)
+    if kind == "mixed":
+        w = {"a": 1.0, "b": 1.0, "c": 2.0, "d": 3.0}
+        return w, generate_mixed(weights=w, hours=hours, jobs=round(1500 * hours / 24), seed=seed)
+    raise SystemExit(f"unknown trace kind {kind!r}: busy | bursty | contended | mixed")
 
 
 def _run(w: dict[str, float], lines: list[dict[str, Any]], **cfg: Any) -> tuple[Any, float, float]:

@@ -47,6 +47,7 @@ GALORE_ARGS = {"optim_target_modules": ["attn", "mlp"], "optim_args": {"rank": 3
 OPTIMS: dict[str, dict[str, Any]] = {
     "adamw_torch": {},
     "adamw_8bit": {},
+    "paged_adamw_8bit": {},
     "adamw_torch_8bit": {},
     "adamw_torch_4bit": {},
     "galore_adamw": {
@@ -64,9 +65,9 @@ OPTIMS: dict[str, dict[str, Any]] = {
 }
 
 
-def batch(step: int, rows: int, seq_len: int) -> torch.Tensor:
+def batch(step: int, rows: int, seq_len: int, vocab: int | None = None) -> torch.Tensor:
     """The strategy harness's step batch: learnable arithmetic sequences, seeded by step."""
-    vocab = int(MODEL["vocab_size"])
+    vocab = int(vocab or MODEL["vocab_size"])
     g = torch.Generator().manual_seed(1000 + step)
     start = torch.randint(0, vocab, (rows, 1), generator=g)
     stride = torch.randint(1, 4, (rows, 1), generator=g)
@@ -74,13 +75,30 @@ def batch(step: int, rows: int, seq_len: int) -> torch.Tensor:
 
 
 def train(
-    optim: str, *, steps: int, lr: float, rows: int, seq_len: int, warmup: int = 0
+    optim: str,
+    *,
+    steps: int,
+    lr: float,
+    rows: int,
+    seq_len: int,
+    warmup: int = 0,
+    device: str = "cpu",
+    model_config: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``steps`` steps of ``optim``; on CUDA also the allocator's view: ``cuda_state_bytes``
+    (memory allocated after a step with gradients freed, less the model's) and
+    ``cuda_peak_bytes`` (``max_memory_allocated``)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    shape = model_config or MODEL
     torch.manual_seed(0)
-    config = {k: v for k, v in MODEL.items() if k != "model_type"}
-    model = LlamaForCausalLM(LlamaConfig(**config))
+    config = {k: v for k, v in shape.items() if k != "model_type"}
+    model = LlamaForCausalLM(LlamaConfig(**config)).to(device)
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        weights = torch.cuda.memory_allocated()
     training = TrainingSpec(optim=optim, learning_rate=lr, **OPTIMS[optim])  # type: ignore[arg-type]
     opt = make_optimizer(model, training)
     # Linear warmup, then linear decay to 0 (HF's default "linear" schedule).
@@ -90,7 +108,7 @@ def train(
     losses = []
     start = time.perf_counter()
     for step in range(1, steps + 1):
-        ids = batch(step, rows, seq_len)
+        ids = batch(step, rows, seq_len, int(shape["vocab_size"])).to(device)
         loss = model(input_ids=ids, labels=ids).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -100,15 +118,22 @@ def train(
         losses.append(loss.item())
     seconds = time.perf_counter() - start
     tail = losses[-5:]
-    return {
+    out = {
         "final": sum(tail) / len(tail),
         "bytes": optimizer_state_bytes(opt),
-        "planned": planned_bytes(optim, lr),
+        "planned": planned_bytes(optim, lr, shape, gpus=1 if cuda else 0),
         "seconds": seconds,
     }
+    if cuda:
+        torch.cuda.synchronize()
+        out["cuda_state_bytes"] = torch.cuda.memory_allocated() - weights
+        out["cuda_peak_bytes"] = torch.cuda.max_memory_allocated()
+    return out
 
 
-def planned_bytes(optim: str, lr: float) -> int | None:
+def planned_bytes(
+    optim: str, lr: float, model_config: dict[str, Any] | None = None, gpus: int = 0
+) -> int | None:
     spec = validate(
         {
             "name": "bench",
@@ -116,11 +141,11 @@ def planned_bytes(optim: str, lr: float) -> int | None:
                 "task": "causal-lm",
                 "from_scratch": True,
                 "tokenizer": "tok",
-                "config_overrides": MODEL,
+                "config_overrides": model_config or MODEL,
             },
             "data": {"train": "train.txt"},
             "training": {"optim": optim, "learning_rate": lr, **OPTIMS[optim]},
-            "resources": {"num_workers": 1, "gpus_per_worker": 0},
+            "resources": {"num_workers": 1, "gpus_per_worker": gpus},
         }
     )
     facts = spec_memory_facts(spec, local_config=None, vocab_size=None)
@@ -134,10 +159,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, default=16)
     ap.add_argument("--seq-len", type=int, default=32)
     ap.add_argument("--warmup", type=int, default=6, help="warmup steps of the linear schedule")
-    ap.add_argument("--optims", default=",".join(OPTIMS))
+    ap.add_argument("--optims", default=None, help="default: all (paged_adamw_8bit: CUDA only)")
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (also prints CUDA bytes)")
     args = ap.parse_args()
     torch.set_num_threads(2)
-    names = args.optims.split(",")
+    names = (
+        args.optims.split(",")
+        if args.optims
+        else [n for n in OPTIMS if args.device != "cpu" or n != "paged_adamw_8bit"]
+    )
     if "adamw_torch" not in names:
         names.insert(0, "adamw_torch")
     results = {
@@ -148,6 +178,7 @@ def main() -> None:
             rows=args.rows,
             seq_len=args.seq_len,
             warmup=args.warmup,
+            device=args.device,
         )
         for n in names
     }
@@ -166,6 +197,7 @@ def main() -> None:
         print(
             f"{name:<20}{r['final']:>11.4f}{r['final'] / base['final']:>9.3f}{r['bytes']:>13,}"
             f"{r['bytes'] / base['bytes']:>9.3f}{plan or 0:>12,}{ratio:>10}{r['seconds']:>9.1f}"
+            + (f"  cuda state {r['cuda_state_bytes']:,}" if "cuda_state_bytes" in r else "")
         )
 
 

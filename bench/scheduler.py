@@ -3,8 +3,8 @@ preemptions, ETA error (median and p90 of |actual - estimated| start).
 
     .venv/bin/python bench/scheduler.py [--jobs 300] [--seed 0] [--nodes 4]
 
-Same code as ``shunter admin sim`` (``service.scheduler.sim``) on a trace from
-``service.scheduler.trace.generate`` (Philly/Helios-shaped), teams a (weight 2), b, c.
+Same code as ``shunter admin sim`` (``service.sim.engine``) on a trace from
+``service.sim.trace.generate`` (Philly/Helios-shaped), teams a (weight 2), b, c.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from service.scheduler.sim import SimConfig, SimJob, SimTeam, simulate
-from service.scheduler.trace import generate
+from service.sim.engine import SimConfig, SimJob, SimTeam, simulate
+from service.sim.trace import generate
 
 
 def main() -> None:

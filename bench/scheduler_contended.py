@@ -12,8 +12,8 @@ import argparse
 import random
 from typing import Any
 
-from service.scheduler.sim import SimConfig, SimJob, SimTeam, simulate
-from service.scheduler.trace import generate_contended
+from service.sim.engine import SimConfig, SimJob, SimTeam, simulate
+from service.sim.trace import generate_contended
 
 
 def _row(result: dict[str, Any], gangs: set[str]) -> tuple[float, float, int, float]:

@@ -38,8 +38,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's code, not an installed copy's
 
-from service.scheduler.sim import SimConfig, SimJob, SimTeam, simulate  # noqa: E402
-from service.scheduler.trace import generate_busy  # noqa: E402
+from service.sim.engine import SimConfig, SimJob, SimTeam, simulate  # noqa: E402
+from service.sim.trace import generate_busy  # noqa: E402
 
 
 def _runs(r: dict[str, Any]) -> list[Any]:
@@ -111,7 +111,7 @@ def _finish(db: Any, launcher: Any, job_ids: list[str]) -> None:
     """Each job's driver reports success on its first attempt (``jobs.attempts``)."""
     from service.jobs.attempts import report_status
     from service.launch import LaunchState, LaunchStatus
-    from service.schemas import StatusIn
+    from service.schemas.internal import StatusIn
 
     for job_id in job_ids:
         db.write(
@@ -224,7 +224,7 @@ def _fill(db: Any, launcher: Any, *, queued: int, running: int, gpus: int) -> No
     ``queued`` jobs of 1-8 GPUs behind them; bulk inserts."""
     from sqlalchemy import insert
 
-    from service.db.models import ACTIVE, Attempt, Job, Team
+    from service.db.tables import ACTIVE, Attempt, Job, Team
     from service.launch import LaunchRequest
 
     rng = random.Random(0)

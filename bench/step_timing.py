@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import statistics
 import sys
 import tempfile
@@ -31,7 +32,7 @@ from torch import nn
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from shunter.jobspec.models import StragglerSpec  # noqa: E402
+from shunter.jobspec.spec import StragglerSpec  # noqa: E402
 from trainer_core.step_timing import StepTimer  # noqa: E402
 
 
@@ -81,7 +82,21 @@ def _worker(rank: int, world: int, init: str, args: argparse.Namespace, out: str
         with open(out, "w") as fh:
             for timed, per_step, gathers in rows:
                 fh.write(f"{int(timed)} {per_step} {' '.join(map(str, gathers))}\n")
+    dist.barrier()
+    del model, opt
     dist.destroy_process_group()
+    # No interpreter teardown: torch 2.13's static destructors abort about one exit in six
+    # ("terminate called without an active exception") after a gloo group, even a destroyed one
+    # (as in tests/trainer_core/test_strategies_harness.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def main() -> int:
@@ -96,7 +111,7 @@ def main() -> int:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.txt")
-        init = f"file://{os.path.join(tmp, 'rendezvous')}"
+        init = f"tcp://127.0.0.1:{_free_port()}"
         mp.spawn(_worker, args=(2, init, args, out), nprocs=2, join=True)
         lines = Path(out).read_text().splitlines()
     base, timed, gathers = [], [], []

@@ -73,10 +73,10 @@ def _fifo_due_rows(session: Any, *, limit: int, hold_attempts: int = 3) -> list[
     """The due query before issue 32: oldest due first, no regard for endpoint or job."""
     from sqlalchemy import case, select
 
-    from service.db.models import WebhookDelivery as D
-    from service.db.models import WebhookEndpoint as E
     from service.db.sqltime import utcnow
-    from service.webhooks.delivery import _free
+    from service.db.tables import WebhookDelivery as D
+    from service.db.tables import WebhookEndpoint as E
+    from service.webhooks.sender import _free
 
     previous = case((E.previous_secret_until > utcnow(), E.previous_secret), else_=None)
     return list(
@@ -99,7 +99,7 @@ def _fifo_sender(db: Any, config: Any, stop: threading.Event) -> None:
     """The sender loop before issue 32: a batch of 20, 4 at once, the next batch after it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from service.webhooks import delivery
+    from service.webhooks import sender as delivery
 
     with delivery._client() as client:
         while not stop.is_set():
@@ -121,10 +121,11 @@ def run_one(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
     from service.app import create_app
     from service.db.migrate import upgrade
-    from service.db.models import utcnow_py
+    from service.db.tables import utcnow_py
     from service.settings import Settings
-    from service.webhooks.delivery import DeliveryConfig, DeliveryWorker
+    from service.webhooks.events import WebhookEvent
     from service.webhooks.outbox import enqueue
+    from service.webhooks.sender import DeliveryConfig, DeliveryWorker
     from service.webhooks.ssrf import parse_allow
 
     home = Path(tempfile.mkdtemp(prefix="bench-webhook-backlog-"))
@@ -161,10 +162,10 @@ def run_one(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
         def _queue(s: Session) -> None:
             for job_id, key, type_ in plan:
-                enqueue(
-                    s.connection(), job_id=job_id, event_key=key, type_=type_,
-                    created_at=utcnow_py(), extra={"key": key},
-                )  # fmt: skip
+                event = WebhookEvent(
+                    type_=type_, event_key=key, created_at=utcnow_py(), extra={"key": key}
+                )
+                enqueue(s.connection(), job_id=job_id, webhook=event)
 
         db.write(_queue)
         config = DeliveryConfig(allow=parse_allow(["127.0.0.1"]))

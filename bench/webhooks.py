@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from service.app import create_app
     from service.db.migrate import upgrade
-    from service.db.models import WebhookDelivery
+    from service.db.tables import WebhookDelivery
     from service.settings import Settings
 
     home = Path(tempfile.mkdtemp(prefix="bench-webhooks-"))

@@ -48,7 +48,15 @@ from service.launch import (
     RankStack,
     StackTarget,
 )
-from shunter.wire import PROBE_PREFIX, STACK_TARGETS_ENV, STACKS_PREFIX
+from service.policy.accelerators import type_of_resources
+from shunter.wire import (
+    ONLY_NODES_ENV,
+    PROBE_PREFIX,
+    RAY_GCS_ADDRESS_ENV,
+    STACK_TARGETS_ENV,
+    STACKS_PREFIX,
+    attempt_env,
+)
 from storage import STORAGE_ENV
 
 __all__ = [
@@ -167,15 +175,19 @@ class RayLauncher:
         env = {
             **DEFAULT_TRAIN_ENV,
             **self.config.extra_env,
-            "SHUNTER_API_URL": req.api_url,
-            "SHUNTER_ATTEMPT_TOKEN": req.attempt_token,
-            "SHUNTER_JOB_ID": req.job_id,
-            "SHUNTER_ATTEMPT": str(req.attempt),
+            **attempt_env(
+                api_url=req.api_url,
+                token=req.attempt_token,
+                job_id=req.job_id,
+                attempt=req.attempt,
+            ),
         }
         if self.config.gcs_address:
             # RAY_ADDRESS for the processes that read it before the driver runs;
             # SHUNTER_RAY_GCS_ADDRESS because the supervisor overwrites RAY_ADDRESS.
-            env["RAY_ADDRESS"] = env["SHUNTER_RAY_GCS_ADDRESS"] = self.config.gcs_address
+            env["RAY_ADDRESS"] = env[RAY_GCS_ADDRESS_ENV] = self.config.gcs_address
+        if req.only_nodes:  # the accelerator type's nodes (worker.driver's label selector)
+            env[ONLY_NODES_ENV] = ",".join(req.only_nodes)
         pythonpath = os.pathsep.join(p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p)
         env["PYTHONPATH"] = pythonpath
         return {"env_vars": env}
@@ -264,31 +276,15 @@ class RayLauncher:
 
         Raises ``RuntimeError`` when the probe job does not finish or prints no report.
         """
-        sid = f"shunter-doctor-{secrets.token_hex(4)}"
-        env = {**DEFAULT_TRAIN_ENV, **self.config.extra_env}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p
+        report: dict[str, Any] = self._helper_job(
+            ("doctor", "probe", "a report"),
+            f"worker.probe --storage {shlex.quote(storage)}",
+            prefix=PROBE_PREFIX,
+            timeout_s=timeout_s,
+            poll_s=1.0,
+            gpus=1 if gpu else 0,
         )
-        self._client.submit_job(
-            entrypoint=(
-                f"{self.config.driver_python} -m worker.probe --storage {shlex.quote(storage)}"
-            ),
-            submission_id=sid,
-            runtime_env={"env_vars": env},
-            entrypoint_num_cpus=0,
-            entrypoint_num_gpus=1 if gpu else 0,
-        )
-        deadline = time.monotonic() + timeout_s
-        while (state := self.status(sid).state) not in _ENDED:
-            if time.monotonic() > deadline:
-                self.stop(sid)
-                raise RuntimeError(f"probe job {sid} did not finish in {timeout_s:.0f}s")
-            time.sleep(1.0)
-        for line in reversed(self.logs(sid).splitlines()):
-            if PROBE_PREFIX in line:
-                report: dict[str, Any] = json.loads(line.split(PROBE_PREFIX, 1)[1])
-                return report
-        raise RuntimeError(f"probe job {sid} ended {state.value} without a report")
+        return report
 
     # -- hang watch ---------------------------------------------------------------------
     def dump_stacks(self, targets: list[StackTarget], *, timeout_s: float) -> list[RankStack]:
@@ -296,36 +292,65 @@ class RayLauncher:
 
         Raises ``RuntimeError`` when the job does not finish in ``timeout_s`` or prints none.
         """
-        sid = f"shunter-stacks-{secrets.token_hex(4)}"
-        env = {**DEFAULT_TRAIN_ENV, **self.config.extra_env}
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p
+        got = self._helper_job(
+            ("stacks", "stack dump", "stacks"),
+            "worker.stack_dump",
+            prefix=STACKS_PREFIX,
+            timeout_s=timeout_s,
+            poll_s=0.5,
+            env={
+                STACK_TARGETS_ENV: json.dumps(
+                    [{"rank": t.rank, "pid": t.pid, "node_id": t.node_id} for t in targets]
+                )
+            },
         )
-        env[STACK_TARGETS_ENV] = json.dumps(
-            [{"rank": t.rank, "pid": t.pid, "node_id": t.node_id} for t in targets]
+        return [
+            RankStack(rank=int(r["rank"]), state=str(r["state"]), cpu_s=r["cpu_s"], text=r["text"])
+            for r in got
+        ]
+
+    def _helper_job(
+        self,
+        names: tuple[str, str, str],
+        module_args: str,
+        *,
+        prefix: str,
+        timeout_s: float,
+        poll_s: float,
+        gpus: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Any:
+        """Run ``<driver python> -m <module_args>`` as a short Ray job with the train
+        environment (our source root on ``PYTHONPATH``), wait for it to end and return the JSON
+        its output printed after ``prefix`` (the last such line). ``RuntimeError`` when it does
+        not end in ``timeout_s`` (it is stopped) or prints no such line. ``names``: the
+        submission id's stem, the job and its output in words (for the errors)."""
+        stem, what, output = names
+        sid = f"shunter-{stem}-{secrets.token_hex(4)}"
+        job_env = {**DEFAULT_TRAIN_ENV, **self.config.extra_env}
+        job_env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(_SOURCE_ROOT), job_env.get("PYTHONPATH")) if p
         )
+        job_env.update(env or {})
+        resources: dict[str, Any] = {"entrypoint_num_cpus": 0}
+        if gpus is not None:
+            resources["entrypoint_num_gpus"] = gpus
         self._client.submit_job(
-            entrypoint=f"{self.config.driver_python} -m worker.stack_dump",
+            entrypoint=f"{self.config.driver_python} -m {module_args}",
             submission_id=sid,
-            runtime_env={"env_vars": env},
-            entrypoint_num_cpus=0,
+            runtime_env={"env_vars": job_env},
+            **resources,
         )
         deadline = time.monotonic() + timeout_s
         while (state := self.status(sid).state) not in _ENDED:
             if time.monotonic() > deadline:
                 self.stop(sid)
-                raise RuntimeError(f"stack dump job {sid} did not finish in {timeout_s:.0f}s")
-            time.sleep(0.5)
+                raise RuntimeError(f"{what} job {sid} did not finish in {timeout_s:.0f}s")
+            time.sleep(poll_s)
         for line in reversed(self.logs(sid).splitlines()):
-            if STACKS_PREFIX in line:
-                got = json.loads(line.split(STACKS_PREFIX, 1)[1])
-                return [
-                    RankStack(
-                        rank=int(r["rank"]), state=str(r["state"]), cpu_s=r["cpu_s"], text=r["text"]
-                    )
-                    for r in got
-                ]
-        raise RuntimeError(f"stack dump job {sid} ended {state.value} without stacks")
+            if prefix in line:
+                return json.loads(line.split(prefix, 1)[1])
+        raise RuntimeError(f"{what} job {sid} ended {state.value} without {output}")
 
     # -- cluster ------------------------------------------------------------------------
     def cluster(self) -> ClusterResources:
@@ -380,6 +405,8 @@ class RayLauncher:
                     free_cpus=max(0.0, float(cpu_total) - float(cpu_used)) if alive else 0.0,
                     total_gpus=float(gpu_total) if alive else 0.0,
                     free_gpus=max(0.0, float(gpu_total) - float(gpu_used)) if alive else 0.0,
+                    accelerator=type_of_resources(total),
+                    node_group=str((n.get("labels") or {}).get("ray.io/node-group", "")),
                 )
             )
         return ClusterResources(nodes=out)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 
 from service.db.engine import make_engine
-from service.db.models import Base
+from service.db.tables import Base
 from service.settings import Settings
 
 config = context.config

@@ -11,8 +11,6 @@ and on shutdown everything is stopped in reverse order.
 from __future__ import annotations
 
 import gc
-import importlib
-import importlib.util
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -58,9 +56,10 @@ from service.http.straggler_metrics import StragglerCollector
 from service.http.webhook_metrics import WebhookCollector
 from service.jobs.hub import resolve_hub_access
 from service.launch import Launcher, load_launcher
+from service.scheduler.loop import Scheduler
 from service.settings import Settings
 from service.sweeps.controller import SweepController
-from service.webhooks.delivery import DeliveryConfig, DeliveryWorker
+from service.webhooks.sender import DeliveryConfig, DeliveryWorker
 
 __all__ = ["create_app"]
 
@@ -68,14 +67,10 @@ log = logging.getLogger(__name__)
 STATIC_DIR = Path(__file__).resolve().parent / "http" / "static"
 
 
-def _start_scheduler(state: AppState) -> Any:
-    if (
-        not state.settings.run_scheduler
-        or importlib.util.find_spec("service.scheduler.loop") is None
-    ):
+def _start_scheduler(state: AppState) -> Scheduler | None:
+    if not state.settings.run_scheduler:
         return None
-    module = importlib.import_module("service.scheduler.loop")
-    scheduler = module.Scheduler(
+    scheduler = Scheduler(
         state.settings,
         state.db,
         state.need_launcher(),

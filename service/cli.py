@@ -86,8 +86,6 @@ def _serve_workers(settings: object, workers: int, tls: dict[str, str]) -> None:
     address in their environment (so each connects to it instead of starting its own) and
     ``SHUNTER_RUN_SCHEDULER=false``.
     """
-    import importlib
-
     import uvicorn
 
     from service.db.engine import Database
@@ -95,6 +93,7 @@ def _serve_workers(settings: object, workers: int, tls: dict[str, str]) -> None:
     from service.home import seed_home
     from service.jobs.hub import resolve_hub_access
     from service.launch import load_launcher
+    from service.scheduler.loop import Scheduler
     from service.settings import Settings
 
     assert isinstance(settings, Settings)
@@ -114,7 +113,7 @@ def _serve_workers(settings: object, workers: int, tls: dict[str, str]) -> None:
     os.environ["SHUNTER_MIGRATE_ON_START"] = "false"
     sched = None
     if settings.run_scheduler:
-        sched = importlib.import_module("service.scheduler.loop").Scheduler(settings, db, launcher)
+        sched = Scheduler(settings, db, launcher)
         sched.start()
     typer.echo(
         f"shunter: API on {settings.host}:{settings.port} ({workers} workers, one Ray head, "
@@ -210,11 +209,10 @@ def db_downgrade(
 def scheduler() -> None:
     """Run only the scheduler loop and the sweep controller (the API then runs with
     SHUNTER_RUN_SCHEDULER=false)."""
-    import importlib
-
     from service.db.engine import Database
     from service.jobs.hub import resolve_hub_access
     from service.launch import load_launcher
+    from service.scheduler.loop import Scheduler
     from service.settings import Settings
     from service.sweeps.controller import SweepController
 
@@ -223,7 +221,7 @@ def scheduler() -> None:
     db = Database(settings.database_url)
     settings.hub_access = resolve_hub_access(settings.hub_access)  # the launcher's HF env
     launcher = load_launcher(settings.launcher, settings)
-    sched = importlib.import_module("service.scheduler.loop").Scheduler(settings, db, launcher)
+    sched = Scheduler(settings, db, launcher)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())
@@ -308,9 +306,9 @@ def admin_sim(
     """Replay a trace through the live scheduling policy on a virtual clock."""
     import json
 
-    from service.policy.plan import PolicyConfig
-    from service.scheduler.sim import SimConfig, simulate
-    from service.scheduler.trace import TraceError, load_cluster, load_teams, load_trace
+    from service.policy.planner import PolicyConfig
+    from service.sim.engine import SimConfig, simulate
+    from service.sim.trace import TraceError, load_cluster, load_teams, load_trace
 
     names = policy or ["fair"]
     try:
@@ -349,6 +347,13 @@ def admin_sim(
             f"|actual - estimated| / actual wait median {c['median_rel_error']}, "
             f"p90 {c['p90_rel_error']}; p90 range coverage {c['p90_coverage']}"
         )
+        for kind, t in (s.get("by_type") or {}).items():  # a mixed cluster (issue 30)
+            typer.echo(
+                f"  {kind}: {t['gpus']:g} GPUs, {t['jobs']} jobs, {t['gpu_s']:g} GPU-s, "
+                f"utilisation {t['utilisation_overall']}"
+            )
+        if s.get("rejected"):
+            typer.echo(f"  rejected (no card holds the plan): {len(s['rejected'])} jobs")
     typer.echo(f"wrote {out}")
 
 
@@ -362,7 +367,7 @@ def admin_sim_trace(
     """Write a synthetic Philly/Helios-shaped trace for ``shunter admin sim``."""
     import json
 
-    from service.scheduler.trace import generate
+    from service.sim.trace import generate
 
     lines = generate(
         teams=[t for t in teams.split(",") if t],

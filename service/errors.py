@@ -38,10 +38,23 @@ __all__ = [
 
 
 class ServiceError(Exception):
-    """Base: ``message`` is for humans; ``detail`` is machine-readable (a code or a list)."""
+    """Base: ``message`` is for humans; ``detail`` is machine-readable (a code or a list).
+
+    A subclass names its HTTP status and code in its bases, e.g.
+    ``class NotFound(ServiceError, status=404, code="not_found")``; one it leaves out is its
+    parent's."""
 
     status_code = 500
     code = "internal_error"
+
+    def __init_subclass__(
+        cls, *, status: int | None = None, code: str | None = None, **kw: Any
+    ) -> None:
+        super().__init_subclass__(**kw)
+        if status is not None:
+            cls.status_code = status
+        if code is not None:
+            cls.code = code
 
     def __init__(self, message: str, *, detail: Any = None) -> None:
         super().__init__(message)
@@ -49,58 +62,37 @@ class ServiceError(Exception):
         self.detail = detail if detail is not None else self.code
 
 
-class BadRequest(ServiceError):
-    status_code = 400
-    code = "bad_request"
+class BadRequest(ServiceError, status=400, code="bad_request"): ...
 
 
-class Unauthorized(ServiceError):
-    status_code = 401
-    code = "unauthorized"
+class Unauthorized(ServiceError, status=401, code="unauthorized"): ...
 
 
-class Forbidden(ServiceError):
-    status_code = 403
-    code = "forbidden"
+class Forbidden(ServiceError, status=403, code="forbidden"): ...
 
 
-class NotFound(ServiceError):
-    status_code = 404
-    code = "not_found"
+class NotFound(ServiceError, status=404, code="not_found"): ...
 
 
-class ExportFailed(ServiceError):
-    code = "export_failed"
+class ExportFailed(ServiceError, code="export_failed"): ...
 
 
-class Conflict(ServiceError):
-    status_code = 409
-    code = "conflict"
+class Conflict(ServiceError, status=409, code="conflict"): ...
 
 
-class IllegalTransition(Conflict):
-    code = "illegal_transition"
+class IllegalTransition(Conflict, code="illegal_transition"): ...
 
 
-class StaleAttempt(Conflict):
-    code = "stale_attempt"
+class StaleAttempt(Conflict, code="stale_attempt"): ...
 
 
-class PayloadTooLarge(ServiceError):
-    status_code = 413
-    code = "payload_too_large"
+class PayloadTooLarge(ServiceError, status=413, code="payload_too_large"): ...
 
 
-class Unprocessable(ServiceError):
-    status_code = 422
-    code = "unprocessable"
+class Unprocessable(ServiceError, status=422, code="unprocessable"): ...
 
 
-class UnsupportedMediaType(ServiceError):
-    status_code = 415
-    code = "unsupported_media_type"
+class UnsupportedMediaType(ServiceError, status=415, code="unsupported_media_type"): ...
 
 
-class Unavailable(ServiceError):
-    status_code = 503
-    code = "unavailable"
+class Unavailable(ServiceError, status=503, code="unavailable"): ...

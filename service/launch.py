@@ -1,20 +1,22 @@
 """The seam between the service and whatever runs jobs (Ray in production).
 
 The service never imports Ray. The scheduler talks to a ``Launcher``; the real one lives in
-``launcher.ray_launcher`` and is loaded by dotted path from ``Settings.launcher`` (default
-``launcher.ray_launcher:from_settings``), so the import direction stays service -> nothing of ours.
+``launcher.ray_launcher`` and comes by entry point (group ``shunter.launchers``, name ``ray``,
+declared in pyproject.toml) named by ``Settings.launcher``, so the import direction stays
+service -> nothing of ours.
 ``InMemoryLauncher`` is a real small implementation for tests of the service alone.
 """
 
 from __future__ import annotations
 
 import enum
-import importlib
 import threading
 from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 __all__ = [
+    "LAUNCHER_GROUP",
     "ClusterResources",
     "ClusterUnavailable",
     "InMemoryLauncher",
@@ -38,27 +40,35 @@ class NodeResources:
     free_cpus: float
     total_gpus: float
     free_gpus: float
+    # Its accelerator type (``policy.accelerators``: Ray's ``accelerator_type:<T>`` lower-cased,
+    # or the admin's per node group); "" = untyped. ``node_group``: Ray's ``ray.io/node-group``
+    # label, what the admin's override is keyed by.
+    accelerator: str = ""
+    node_group: str = ""
+
+
+class _AliveSum:
+    """A read-only attribute of ``ClusterResources``: the nodes' field of the same name, summed
+    over the alive nodes."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
+
+    def __get__(self, obj: ClusterResources | None, owner: type | None = None) -> float:
+        if obj is None:  # on the class: there is no cluster to sum
+            raise AttributeError(self.field)
+        total: float = sum(getattr(n, self.field) for n in obj.nodes if n.alive)
+        return total
 
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterResources:
     nodes: list[NodeResources]
 
-    @property
-    def total_cpus(self) -> float:
-        return sum(n.total_cpus for n in self.nodes if n.alive)
-
-    @property
-    def free_cpus(self) -> float:
-        return sum(n.free_cpus for n in self.nodes if n.alive)
-
-    @property
-    def total_gpus(self) -> float:
-        return sum(n.total_gpus for n in self.nodes if n.alive)
-
-    @property
-    def free_gpus(self) -> float:
-        return sum(n.free_gpus for n in self.nodes if n.alive)
+    total_cpus = _AliveSum()
+    free_cpus = _AliveSum()
+    total_gpus = _AliveSum()
+    free_gpus = _AliveSum()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +87,8 @@ class LaunchRequest:
     num_workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+    # The nodes its workers may use (the accelerator type the scheduler chose); () = any.
+    only_nodes: tuple[str, ...] = ()
 
 
 class ClusterUnavailable(RuntimeError):
@@ -199,14 +211,26 @@ class InMemoryLauncher:
         return None
 
 
-def load_launcher(dotted: str, settings: Any) -> Launcher:
-    """Load ``module:factory`` and call ``factory(settings)``.
+LAUNCHER_GROUP = "shunter.launchers"
 
-    ``memory`` is a shortcut for :class:`InMemoryLauncher` (tests, or serving without Ray).
-    """
-    if dotted == "memory":
+
+def load_launcher(name: str, settings: Any) -> Launcher:
+    """The launcher ``name`` names, made from ``settings``: an entry point of the
+    ``shunter.launchers`` group (``ray``: ``launcher.ray_launcher:from_settings``), ``memory``
+    (:class:`InMemoryLauncher`: tests, or serving without Ray), or ``module:factory`` for a
+    launcher that is not installed as a package (a test's, a deployment's own)."""
+    if name == "memory":
         return InMemoryLauncher()
-    module_name, _, attr = dotted.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    launcher: Launcher = factory(settings)
+    found = entry_points(group=LAUNCHER_GROUP).select(name=name)
+    if ":" in name:
+        point = EntryPoint(name=name, value=name, group=LAUNCHER_GROUP)
+    elif found:
+        point = next(iter(found))
+    else:
+        known = sorted(e.name for e in entry_points(group=LAUNCHER_GROUP))
+        raise ValueError(
+            f"SHUNTER_LAUNCHER={name!r}: no such launcher; installed: {[*known, 'memory']} "
+            "(or module:factory)"
+        )
+    launcher: Launcher = point.load()(settings)
     return launcher

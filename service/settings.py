@@ -6,16 +6,32 @@ Paths that default "under home" are derived from ``home`` after loading, so sett
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from storage import storage_error
 
-__all__ = ["Settings"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Settings", "settings_group"]
+
+_G = TypeVar("_G", bound="DataclassInstance")
+
+# The list settings and their separator in the environment: data roots are a PATH-like
+# colon-separated list, the others comma-separated.
+_ENV_LISTS = {
+    "data_roots": ":",
+    "data_buckets": ",",
+    "hub_allowed_orgs": ",",
+    "webhook_allow": ",",
+    "webhook_retry_delays_s": ",",
+}
 
 
 class Settings(BaseSettings):
@@ -45,7 +61,7 @@ class Settings(BaseSettings):
     ray_redis_address: str = ""
     ray_redis_password: str = Field(default="", repr=False)
     ray_storage_namespace: str = "shunter"
-    launcher: str = "launcher.ray_launcher:from_settings"  # "memory" = InMemoryLauncher
+    launcher: str = "ray"  # an entry point of shunter.launchers; "memory" = InMemoryLauncher
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     public_url: str = ""  # how drivers reach the API; default http://host:port
@@ -84,7 +100,7 @@ class Settings(BaseSettings):
     preempt_checkpoint_timeout_s: float = Field(default=120.0, gt=0)
     fairshare_grace_s: float = Field(default=600.0, ge=0)
     fairshare_half_life_s: float = Field(default=7 * 24 * 3600.0, gt=0)
-    # Hang watch (issue 23, service.jobs.hang): the bounds a spec's health.hang must keep
+    # Hang watch (issue 23, service.health.hang): the bounds a spec's health.hang must keep
     # (a spec outside them is a 422 naming the field), and how long a stack dump may take.
     health_hang_factor_min: float = Field(default=3.0, ge=1)
     health_hang_factor_max: float = Field(default=1000.0, ge=1)
@@ -93,7 +109,7 @@ class Settings(BaseSettings):
     health_hang_startup_min_s: float = Field(default=120.0, ge=1)
     health_hang_startup_max_s: float = Field(default=86_400.0, ge=1)
     health_hang_dump_timeout_s: float = Field(default=60.0, gt=0)
-    # Straggler watch (issue 23, service.jobs.straggler): a node named by this many
+    # Straggler watch (issue 23, service.health.straggler): a node named by this many
     # ``straggler`` events is cordoned (no placement on it) for straggler_cordon_seconds;
     # 0 = never cordon (the events and metrics still come).
     straggler_cordon_after: int = Field(default=0, ge=0)
@@ -117,6 +133,13 @@ class Settings(BaseSettings):
     # One GPU's memory in bytes, for a dry run's ``fits`` (POST /v1/jobs?dry_run=true);
     # None = unknown, fits is then null.
     gpu_memory_bytes: int | None = Field(default=None, ge=1)
+    # Accelerator types (issue 30, docs/scheduling.md#gpu-types): per type its card memory
+    # (GB; Ray's common names are known) and the weight its GPU-hours count with in budgets
+    # and usage: {"h100": {"memory_gb": 80, "weight": 2}}. JSON in the environment.
+    accelerator_types: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # A node's type over what Ray says (its accelerator_type:<T> resource), by Ray node group
+    # (the ray.io/node-group label), node address or node id: {"gpu-pool-a": "a100-40g"}.
+    node_group_accelerators: dict[str, str] = Field(default_factory=dict)
     # Per-token limit on mutating calls (POST/PUT/PATCH/DELETE, /v1/internal exempt), per
     # API process: sustained calls per minute (0 = off) and the burst allowed at once.
     rate_limit_per_minute: float = Field(default=600.0, ge=0)
@@ -175,28 +198,23 @@ class Settings(BaseSettings):
     # Delivered and failed deliveries are deleted this long after they were created.
     webhook_keep_s: float = Field(default=30 * 24 * 3600.0, gt=0)
     # Seconds before retry 1, 2, ... (comma-separated); empty = the Standard Webhooks
-    # schedule continued to 72 h (service.webhooks.policy.RETRY_DELAYS_S).
+    # schedule continued to 72 h (service.webhooks.retry.RETRY_DELAYS_S).
     webhook_retry_delays_s: Annotated[list[float], NoDecode] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
-    def _split_roots(cls, data: Any) -> Any:
-        if isinstance(data, dict) and isinstance(data.get("data_roots"), str):
-            raw = data["data_roots"]
-            data = {**data, "data_roots": [p for p in raw.split(":") if p]}
-        if isinstance(data, dict) and isinstance(data.get("webhook_allow"), str):
-            allow = [a.strip() for a in data["webhook_allow"].split(",")]
-            data = {**data, "webhook_allow": [a for a in allow if a]}
-        if isinstance(data, dict) and isinstance(data.get("webhook_retry_delays_s"), str):
-            delays = [d.strip() for d in data["webhook_retry_delays_s"].split(",")]
-            data = {**data, "webhook_retry_delays_s": [d for d in delays if d]}
-        if isinstance(data, dict) and isinstance(data.get("data_buckets"), str):
-            buckets = [b.strip() for b in data["data_buckets"].split(",")]
-            data = {**data, "data_buckets": [b for b in buckets if b]}
-        if isinstance(data, dict) and isinstance(data.get("hub_allowed_orgs"), str):
-            orgs = [o.strip() for o in data["hub_allowed_orgs"].split(",")]
-            data = {**data, "hub_allowed_orgs": [o for o in orgs if o]}
-        return data
+    def _split_lists(cls, data: Any) -> Any:
+        """The list settings as the environment gives them: one string, split (blanks out)."""
+        if not isinstance(data, dict):
+            return data
+        return {
+            **data,
+            **{
+                name: [part for part in (p.strip() for p in data[name].split(sep)) if part]
+                for name, sep in _ENV_LISTS.items()
+                if isinstance(data.get(name), str)
+            },
+        }
 
     @model_validator(mode="after")
     def _derive_defaults(self) -> Settings:
@@ -244,3 +262,10 @@ class Settings(BaseSettings):
     @property
     def admin_token_path(self) -> Path:
         return self.home / "admin.token"
+
+
+def settings_group(cls: type[_G], settings: Settings, prefix: str) -> _G:
+    """The dataclass ``cls`` filled from the settings named ``prefix`` + each field's name,
+    e.g. ``CordonPolicy`` (``after``, ``seconds``) from ``straggler_cordon_after`` and
+    ``straggler_cordon_seconds``."""
+    return cls(**{f.name: getattr(settings, prefix + f.name) for f in dataclasses.fields(cls)})

@@ -1,4 +1,4 @@
-"""Object manifests: the checkpoint manifest format (``trainer_core.manifest``) for team objects.
+"""The manifest format, one copy for checkpoints (``trainer_core.manifest``) and team objects.
 
 A team object (an uploaded dataset or base model) is stored under ``objects/<digest>/`` with a
 ``manifest.json`` listing every other file's size and SHA-256 (and, past one 4 MiB block, each
@@ -7,8 +7,8 @@ same way. The object's ``digest`` is the SHA-256 of the manifest's canonical byt
 keys, no spaces), which are what ``manifest.json`` holds: a reader checks an object by hashing
 the manifest it fetched and comparing with the digest it asked for.
 
-Storage imports nothing of ours, so this repeats ``trainer_core.manifest``'s per-file table
-(``tests/storage/test_object_manifest.py`` proves the two agree, byte for byte).
+The per-file table (``describe_file``, ``object_file_table``) is written here only: storage
+imports nothing of ours, and ``trainer_core.manifest`` builds a checkpoint's table with it.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 MANIFEST = "manifest.json"
-BLOCK_SIZE = 4 * 1024 * 1024  # trainer_core.manifest.BLOCK_SIZE
+BLOCK_SIZE = 4 * 1024 * 1024  # bytes per hashed block: the unit of a partial fetch
 _CHUNK = 1024 * 1024
 
 
@@ -61,10 +61,15 @@ def describe_file(path: Path, block_size: int = BLOCK_SIZE) -> dict[str, Any]:
     return meta
 
 
-def object_file_table(directory: Path) -> dict[str, dict[str, Any]]:
-    """Every file under ``directory`` (but a manifest) by its '/'-separated relative path."""
+def object_file_table(
+    directory: Path, *, block_size: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """``{relative path: {size, sha256[, block_size, blocks]}}`` of every file under
+    ``directory`` but the manifest, by '/'-separated path (``block_size``: default
+    ``BLOCK_SIZE``)."""
+    block = block_size or BLOCK_SIZE
     files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {p.relative_to(directory).as_posix(): describe_file(p) for p in files}
+    return {p.relative_to(directory).as_posix(): describe_file(p, block) for p in files}
 
 
 def manifest_bytes(files: dict[str, dict[str, Any]]) -> bytes:

@@ -2,8 +2,8 @@
 set), settings, an app with the in-memory launcher, a TestClient, tokens.
 
 Isolation: a SQLite test starts from a copy of a template migrated once per session; a
-PostgreSQL test module gets its own migrated schema (``search_path`` in the URL), truncated
-before each test and dropped afterwards. ``empty_db_url`` gives a database with no tables.
+PostgreSQL test runs in the session's migrated schema (``search_path`` in the URL), emptied
+before each test and dropped at the end. ``empty_db_url`` gives a database with no tables.
 """
 
 from __future__ import annotations
@@ -55,10 +55,11 @@ def pg_schema_url() -> Iterator[str]:
         admin.dispose()
 
 
-@pytest.fixture(scope="module")
-def _pg_module_schema() -> Iterator[str]:
-    """One migrated PostgreSQL schema per test module; tests truncate it (fast) instead of
-    creating and migrating their own (slow on a busy server)."""
+@pytest.fixture(scope="session")
+def _pg_schema() -> Iterator[str]:
+    """One migrated PostgreSQL schema for the session; each test empties it (fast) instead of
+    creating and migrating its own (slow on a busy server). Once per module it cost a schema
+    and a migration to head (~1 s) in each of some 60 modules."""
     base = pg_base_url()
     if base is None:
         pytest.skip(f"{PG_ENV} not set")
@@ -82,28 +83,41 @@ def _pg_module_schema() -> Iterator[str]:
 
 
 def _truncate_all(url: str) -> None:
+    """Empty every table and restart the sequences they own: what ``TRUNCATE ... RESTART
+    IDENTITY`` does, as DELETEs (children first). On a few rows that is ~5x faster than
+    TRUNCATE, which makes new files for every table (~0.3 s a test on a busy server)."""
     import sqlalchemy as sa
 
-    from service.db.models import Base
+    from service.db.tables import Base
 
     engine = sa.create_engine(url)
     try:
         with engine.begin() as conn:
-            names = ", ".join(t.name for t in Base.metadata.sorted_tables)
-            conn.execute(sa.text(f"TRUNCATE {names} RESTART IDENTITY CASCADE"))
+            for table in reversed(Base.metadata.sorted_tables):
+                conn.execute(table.delete())
+            # RESTART IDENTITY's part: the sequences owned by columns (serial or identity).
+            conn.execute(
+                sa.text(
+                    "SELECT setval(s.oid, 1, false) FROM pg_class s"
+                    " JOIN pg_namespace n ON n.oid = s.relnamespace"
+                    " JOIN pg_depend d ON d.objid = s.oid AND d.deptype IN ('a', 'i')"
+                    " AND d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass"
+                    " WHERE s.relkind = 'S' AND n.nspname = current_schema()"
+                )
+            )
     finally:
         engine.dispose()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path, sqlite_template: Path) -> str:
-    """A migrated, empty database: a copy of the SQLite template, or this module's
-    PostgreSQL schema truncated (skipped when SHUNTER_TEST_POSTGRES_URL is unset)."""
+    """A migrated, empty database: a copy of the SQLite template, or the session's
+    PostgreSQL schema emptied (skipped when SHUNTER_TEST_POSTGRES_URL is unset)."""
     if request.param == "sqlite":
         target = tmp_path / "shunter.db"
         shutil.copyfile(sqlite_template, target)
         return f"sqlite:///{target}"
-    url: str = request.getfixturevalue("_pg_module_schema")
+    url: str = request.getfixturevalue("_pg_schema")
     _truncate_all(url)
     return url
 

@@ -37,7 +37,7 @@ from shunter.jobspec.rules import default_greater_is_better
 from trainer_core.parallel import ParallelConfig
 
 if TYPE_CHECKING:
-    from trainer_core.data import SharedData
+    from trainer_core.shared_data import SharedData
 
 __all__ = [
     "DataConfig",
@@ -111,7 +111,7 @@ class TrainConfig:
     # may share one); None = ``<output_dir>/.cache/tokenized``. Not a JobSpec field: the
     # runner (CLI flag, Ray worker) chooses it.
     cache_dir: Path | None = None
-    # Object storage: the runner's data plane (``trainer_core.data.SharedData``): inputs read
+    # Object storage: the runner's data plane (``trainer_core.shared_data.SharedData``): inputs read
     # through the node's cache, tokenised datasets shared by every job through the store.
     shared_data: SharedData | None = None
 

@@ -27,6 +27,8 @@ Contract (every implementation):
 - ``dp_rank`` / ``dp_size``: this rank's place in the data-parallel dimension (TP ranks of one
   group share data); the data sampler shards by these. ``reduce_sum(t)`` all-reduces a tensor
   (e.g. the target-token count of an accumulation window) over the data-parallel group.
+- ``cp_size``: ranks splitting each sequence (context parallel; 1 without). They read the
+  same rows; ``reduce_sum`` and the gradient average run over ``dp_size x cp_size`` ranks.
 - ``optimizer`` is the torch optimizer ``make_optimizer`` returned (for DeepSpeed too, whose
   ZeRO wrapper reads its ``param_groups``), so an LR scheduler built on it drives every backend.
 - ``full_state_dict()`` gathers a full, unsharded CPU state dict on rank 0 (other ranks get {})
@@ -54,6 +56,9 @@ class Engine(Protocol):
     device: torch.device
     dp_rank: int
     dp_size: int
+
+    @property
+    def cp_size(self) -> int: ...
 
     def forward(self, **batch: Any) -> Any: ...
     def backward(self, loss: torch.Tensor) -> None: ...

@@ -30,6 +30,7 @@ files only.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import sys
 from collections.abc import Iterator
@@ -43,7 +44,14 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.config import ModelConfig
 from trainer_core.engine import Engine
 
-__all__ = ["BASE_DIR", "merged_copy", "relocate_adapter", "save_final", "write_model"]
+__all__ = [
+    "BASE_DIR",
+    "dequantized_merged_copy",
+    "merged_copy",
+    "relocate_adapter",
+    "save_final",
+    "write_model",
+]
 
 BASE_DIR = "base"  # the unnamed base of an unmerged adapter, inside the final directory
 
@@ -74,7 +82,9 @@ def write_model(
     out.mkdir(parents=True, exist_ok=True)
     adapter = cfg.lora or cfg.peft
     with _cache_on(model), _no_deepspeed_probe():
-        if adapter is not None and adapter.merge_on_save:
+        if adapter is not None and adapter.merge_on_save and cfg.quantization is not None:
+            dequantized_merged_copy(model, state, cfg).save_pretrained(out)
+        elif adapter is not None and adapter.merge_on_save:
             merged_copy(model, state).save_pretrained(out)
         else:
             model.save_pretrained(out, state_dict=state)
@@ -134,6 +144,29 @@ def merged_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
     return _fresh_copy(peft_model, state).merge_and_unload()
 
 
+def dequantized_merged_copy(
+    peft_model: Any, state: dict[str, torch.Tensor], cfg: ModelConfig
+) -> Any:
+    """QLoRA's merge: the adapters merged into the de-quantized base (``trainer_core.dequant``:
+    the weights the adapters were trained against), in the quantization's compute dtype, as a
+    plain float model (its config has no ``quantization_config``)."""
+    from trainer_core.dequant import dequantized_weights, float_config
+    from trainer_core.model import compute_dtype
+
+    assert cfg.quantization is not None
+    dtype = compute_dtype(cfg.quantization)
+    dense = dequantized_weights(peft_model, dtype)
+    config = float_config(peft_model.get_base_model().config)
+    fresh = _fresh_copy(peft_model, None, config=config)
+    # Every key of the float copy comes from the de-quantized weights or the gathered state;
+    # the quantized layers' extra keys (absmax, quant maps, SCB) have no place in it.
+    fresh.load_state_dict(
+        {k: dense[k] if k in dense else state[k] for k in fresh.state_dict()}, strict=True
+    )
+    _restore_buffers(fresh, peft_model.get_base_model())
+    return fresh.merge_and_unload().to(dtype)
+
+
 def base_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
     """The base model alone (adapters dropped, not merged) from a full (gathered) state dict
     whose keys are ``peft_model.state_dict()``'s (``base_model.model.``-prefixed, LoRA's
@@ -158,17 +191,23 @@ def _base_is_unnamed(cfg: ModelConfig) -> bool:
     return cfg.from_scratch or bool(cfg.config_overrides) or cfg.name_or_path is None
 
 
-def _fresh_copy(peft_model: Any, state: dict[str, torch.Tensor]) -> Any:
-    """A CPU copy of ``peft_model`` holding ``state``, built on meta (no wasted init)."""
+def _fresh_copy(
+    peft_model: Any, state: dict[str, torch.Tensor] | None, *, config: Any = None
+) -> Any:
+    """A CPU copy of ``peft_model`` (its base built from ``config``, by default the base's)
+    holding ``state``, built on meta (no wasted init); ``state`` None: left for the caller."""
     from peft import get_peft_model  # peft imports are slow; only when used
 
     base = peft_model.get_base_model()
     with torch.device("meta"):
-        fresh = get_peft_model(type(base)(base.config), peft_model.peft_config["default"])
+        fresh = get_peft_model(
+            type(base)(config or base.config), copy.deepcopy(peft_model.peft_config["default"])
+        )
     fresh.to_empty(device="cpu")
-    # Persistent tensors come from the gathered state; strict: a missing key is a bug here.
-    fresh.load_state_dict(state, strict=True)
-    _restore_buffers(fresh, base)
+    if state is not None:
+        # Persistent tensors come from the gathered state; strict: a missing key is a bug here.
+        fresh.load_state_dict(state, strict=True)
+        _restore_buffers(fresh, base)
     return fresh
 
 

@@ -36,11 +36,19 @@ import torch
 
 from shunter.jobspec.optim_bytes import projected_shape
 
-__all__ = ["BLOCK", "MIN_8BIT", "GaLore", "Inner", "projected_shape"]
+__all__ = ["BLOCK", "MIN_8BIT", "GaLore", "Inner", "closure_loss", "projected_shape"]
 
 Inner = Literal["adamw", "adamw_8bit", "adafactor"]
 BLOCK = 256  # 8-bit states: one fp32 absmax per block of this many elements
 MIN_8BIT = 4096  # smaller states stay fp32 (bitsandbytes' min_8bit_size)
+
+
+def closure_loss(closure: Callable[[], float] | None) -> float | None:
+    """An optimizer ``step``'s loss: the closure's, run with grad enabled (None without one)."""
+    if closure is None:
+        return None
+    with torch.enable_grad():
+        return closure()
 
 
 class GaLore(torch.optim.Optimizer):
@@ -61,7 +69,7 @@ class GaLore(torch.optim.Optimizer):
         self.inner = inner
         defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
         super().__init__(params, defaults)
-        self._codes: dict[bool, torch.Tensor] = {}
+        self._codes: dict[tuple[bool, torch.device], torch.Tensor] = {}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As torch's, but states keep their saved dtypes: torch casts every floating state
@@ -77,10 +85,7 @@ class GaLore(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None:
@@ -134,8 +139,10 @@ class GaLore(torch.optim.Optimizer):
         sq = grad.square() + 1e-30
         if grad.dim() >= 2:
             if "exp_avg_sq_row" not in state:
-                state["exp_avg_sq_row"] = torch.zeros(grad.shape[:-1])
-                state["exp_avg_sq_col"] = torch.zeros(grad.shape[:-2] + grad.shape[-1:])
+                state["exp_avg_sq_row"] = torch.zeros(grad.shape[:-1], device=grad.device)
+                state["exp_avg_sq_col"] = torch.zeros(
+                    grad.shape[:-2] + grad.shape[-1:], device=grad.device
+                )
             row, col = state["exp_avg_sq_row"], state["exp_avg_sq_col"]
             row.mul_(beta2t).add_(sq.mean(dim=-1), alpha=1 - beta2t)
             col.mul_(beta2t).add_(sq.mean(dim=-2), alpha=1 - beta2t)
@@ -155,12 +162,15 @@ class GaLore(torch.optim.Optimizer):
     def _quantized(self, grad: torch.Tensor) -> bool:
         return self.inner == "adamw_8bit" and grad.numel() >= MIN_8BIT
 
-    def _code(self, signed: bool) -> torch.Tensor:
-        if signed not in self._codes:
+    def _code(self, signed: bool, device: torch.device) -> torch.Tensor:
+        """bitsandbytes' dynamic map, on the states' device (its CUDA kernels read it there)."""
+        key = (signed, device)
+        if key not in self._codes:
             from bitsandbytes.functional import create_dynamic_map
 
-            self._codes[signed] = create_dynamic_map(signed=signed)  # type: ignore[no-untyped-call]
-        return self._codes[signed]
+            code = create_dynamic_map(signed=signed)  # type: ignore[no-untyped-call]
+            self._codes[key] = code.to(device)
+        return self._codes[key]
 
     def _load(
         self, state: dict[str, Any], name: str, grad: torch.Tensor, *, signed: bool
@@ -176,7 +186,7 @@ class GaLore(torch.optim.Optimizer):
         return dequantize_blockwise(
             state[name + "_q"],
             absmax=state[name + "_absmax"],
-            code=self._code(signed),
+            code=self._code(signed, grad.device),
             blocksize=BLOCK,
         )
 
@@ -187,7 +197,7 @@ class GaLore(torch.optim.Optimizer):
             return  # updated in place
         from bitsandbytes.functional import quantize_blockwise
 
-        q, quant = quantize_blockwise(value, code=self._code(signed), blocksize=BLOCK)
+        q, quant = quantize_blockwise(value, code=self._code(signed, value.device), blocksize=BLOCK)
         state[name + "_q"], state[name + "_absmax"] = q, quant.absmax
 
 

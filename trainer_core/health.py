@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from shunter.jobspec.models import DivergenceSpec
+from shunter.jobspec.spec import DivergenceSpec
 
 __all__ = ["Diverged", "DivergenceGuard", "Verdict"]
 

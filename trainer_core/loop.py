@@ -6,6 +6,10 @@ the step boundary and returns without a final model (``TrainResult.interrupted``
 task is (its collator, loss, target count, eval metrics) comes from its ``TaskOps``
 (``trainer_core.tasks``); nothing here names a task.
 
+The loop's parts beside it: ``train_step`` (one optimizer step), ``meter`` (the logged
+accumulators), ``evaluation``, ``rollback`` (skipped steps and divergence rollbacks),
+``resume_from`` (which checkpoint a run starts from) and ``run_state`` (``State``, ``Run``).
+
 Numerics (the contract the tests hold):
 - One optimizer step consumes ``gradient_accumulation_steps`` micro-batches of the stream
   (the stream runs across epoch boundaries, so windows are always full except the very last).
@@ -15,62 +19,60 @@ Numerics (the contract the tests hold):
   micro-step backpropagates its summed loss x dp_size / global_count, because DDP/FSDP
   *average* gradients over ranks. So accum 4 x batch 2 gives the same gradient as accum 1 x
   batch 8, and 2 ranks x batch 4 the same as 1 rank x batch 8, whatever the sequence lengths.
+  Context parallel: the cp ranks of a dp rank read the same rows and each backpropagates
+  its sequence shards' summed loss x dp x cp / global_count (``parallel.context``).
 - No host-device sync per step: losses, counts and grad norms stay on the device and are read
   once per logging step (one packed all-reduce, one ``.item()`` chain).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import resource
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from trainer_core.checkpoint import (
-    latest_verified,
     load_checkpoint,
     prune_checkpoints,
     save_checkpoint,
-    verify_checkpoint,
 )
 from trainer_core.config import (
     TrainConfig,
     TrainingConfig,
     best_metric_key,
-    clip_norm,
     eval_every,
     higher_is_better,
 )
 from trainer_core.data import (
     BatchOrder,
-    eval_batches,
     make_collator,
     row_lengths,
 )
-from trainer_core.engine import Engine
+from trainer_core.evaluation import evaluate
 from trainer_core.export import save_final
-from trainer_core.fetch import CheckpointFiles
-from trainer_core.health import Diverged, DivergenceGuard
+from trainer_core.health import DivergenceGuard
 from trainer_core.hub import fetch_models
+from trainer_core.meter import Meter
 from trainer_core.model import build_model, build_tokenizer
 from trainer_core.optim import make_optimizer, make_scheduler
 from trainer_core.parallel import DistInfo, TrainingValues, build_engine, init_distributed
 from trainer_core.report_to import finish_trackers, with_trackers
 from trainer_core.reporter import Reporter, stop_agreed
+from trainer_core.resume_from import apply_init_from, pick_resume, readable_checkpoint
+from trainer_core.rollback import on_skip, roll_back
+from trainer_core.row_order import RowOrder, elastic_order
+from trainer_core.run_state import Run, State
 from trainer_core.seeding import set_seed
 from trainer_core.step_timing import StepTimer
 from trainer_core.streaming import ShardedDataset, StreamOrder, load_data
-from trainer_core.tasks import TaskOps, task_ops
-from trainer_core.tasks.base import Collator
+from trainer_core.tasks import task_ops
+from trainer_core.train_step import train_step
 
 __all__ = ["TrainResult", "train"]
 
@@ -89,48 +91,6 @@ class TrainResult:
     resumed_from: Path | None
     stopped_early: bool
     interrupted: str | None = None  # why the run checkpointed and stopped early (preemption)
-
-
-@dataclass(kw_only=True)
-class _State:
-    """Everything besides engine/scheduler/RNG that a checkpoint must restore."""
-
-    step: int = 0
-    epoch: int = 0  # data position of the next micro-batch
-    batch: int = 0
-    best_metric: float | None = None
-    best_step: int | None = None
-    bad_evals: int = 0  # evals since the best one (early stopping)
-    world_size: int = 1
-    rollbacks: int = 0  # divergence rollbacks so far (trainer_core.health); seed offset too
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Run:
-    """What ``_setup`` builds, fixed for the whole run: the model in its engine, the data,
-    the task's functions and the schedule."""
-
-    cfg: TrainConfig
-    ops: TaskOps
-    tokenizer: Any
-    engine: Engine
-    optimizer: torch.optim.Optimizer  # the torch optimizer the scheduler drives
-    scheduler: Any
-    train_ds: Any
-    eval_ds: Any | None
-    collate: Collator
-    generator: torch.Generator | None  # the collator's random stream (masked LM), checkpointed
-    order: BatchOrder | StreamOrder
-    total_steps: int
-    num_epochs: int | None  # None: the stream runs until total_steps (max_steps)
-
-    @property
-    def tc(self) -> TrainingConfig:
-        return self.cfg.training
-
-    def stream(self, state: _State) -> Iterator[tuple[int, int, list[int]]]:
-        """(epoch, batch, indices) of the micro-batches from ``state``'s data position."""
-        return self.order.iterate(state.epoch, state.batch, self.num_epochs)
 
 
 def train(cfg: TrainConfig, reporter: Reporter) -> TrainResult:
@@ -154,9 +114,10 @@ def _train(cfg: TrainConfig, reporter: Reporter, dist_info: DistInfo) -> TrainRe
     tc = cfg.training
     run = _setup(cfg, dist_info)
     state, resumed_from = _resume(run, reporter, dist_info.world_size)
+    _rebase(state, _position_rows(run))
     stream = run.stream(state)
     run.engine.model.train()
-    meter = _Meter(run.engine.device)
+    meter = Meter(run.engine.device)
     guard = DivergenceGuard(cfg.spec.health.divergence, run.engine.reduce_sum)
     timer = StepTimer(
         cfg.spec.health.straggler, logging_steps=tc.logging_steps, device=run.engine.device
@@ -171,20 +132,22 @@ def _train(cfg: TrainConfig, reporter: Reporter, dist_info: DistInfo) -> TrainRe
         if not window:
             break  # epochs exhausted before total_steps (fractional last window)
         lr = run.optimizer.param_groups[0]["lr"]  # python float: no sync
+        before = _position(run, state)
         with timer.step():  # per-rank compute vs wait (trainer_core.step_timing)
-            skipped = _train_step(run, [ix for _, _, ix in window], meter, guard, timer)
+            skipped = train_step(run, [ix for _, _, ix in window], meter, guard, timer)
         _advance(run, state, step, window, stepped=not skipped)  # LR schedule, data position
-        if skipped and _on_skip(guard, step, reporter):  # too many skips: roll back
-            state = _roll_back(run, state, guard, reporter)
+        if skipped and on_skip(guard, step, reporter):  # too many skips: roll back
+            state = roll_back(run, state, guard, reporter)
             stream = run.stream(state)
             continue
-        epoch_done = any(b == len(run.order) - 1 for _, b, _ in window)
+        # the window read an epoch's last batch (row): it passed a multiple of len(order)
+        epoch_done = _position(run, state) // len(run.order) > before // len(run.order)
         evaluated = run.eval_ds is not None and _due(
             tc.eval_strategy, eval_every(tc), step, epoch_done
         )
         if evaluated:
             with meter.paused():  # step_time_s counts training only
-                metrics = _evaluate(run.engine, run.eval_ds, cfg, run.tokenizer)
+                metrics = evaluate(run.engine, run.eval_ds, cfg, run.tokenizer)
                 stopped_early = _update_best(state, metrics, cfg, run.scheduler)
         last = step == run.total_steps or stopped_early
         interrupt = None if last else stop_agreed(reporter)  # checkpoint now, stop (all ranks)
@@ -213,7 +176,7 @@ def _train(cfg: TrainConfig, reporter: Reporter, dist_info: DistInfo) -> TrainRe
 # -------------------------------------------------------------------- setup, resume, end
 
 
-def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
+def _setup(cfg: TrainConfig, dist_info: DistInfo) -> Run:
     """Model, tokenizer, tokenised data, collator, engine, batch order and LR schedule."""
     tc = cfg.training
     task = cfg.model.task
@@ -252,7 +215,7 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
             tc, total_steps=tc.max_steps if tc.max_steps > 0 else None
         ),
     )
-    order: BatchOrder | StreamOrder
+    order: BatchOrder | StreamOrder | RowOrder
     if isinstance(train_ds, ShardedDataset):
         if tc.group_by_length:
             log.warning("group_by_length is not applied to a streaming dataset")
@@ -274,10 +237,14 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
             lengths=lengths,
         )
     accum = tc.gradient_accumulation_steps
+    per_step = accum  # data positions one step reads
+    if cfg.spec.resources.elastic_from is not None:  # the same rows per step at every width
+        order = elastic_order(order, cfg.spec.resources.elastic_from, accumulation=accum)
+        per_step = accum * engine.dp_size * tc.per_device_train_batch_size
     total_steps = (
-        tc.max_steps if tc.max_steps > 0 else math.ceil(tc.num_train_epochs * len(order) / accum)
+        tc.max_steps if tc.max_steps > 0 else math.ceil(tc.num_train_epochs * len(order) / per_step)
     )
-    return _Run(
+    return Run(
         cfg=cfg,
         ops=task_ops(task),
         tokenizer=tokenizer,
@@ -294,11 +261,11 @@ def _setup(cfg: TrainConfig, dist_info: DistInfo) -> _Run:
     )
 
 
-def _resume(run: _Run, reporter: Reporter, world_size: int) -> tuple[_State, Path | None]:
+def _resume(run: Run, reporter: Reporter, world_size: int) -> tuple[State, Path | None]:
     """The state to start from: this job's newest verified checkpoint, else another job's
     (``model.init_from``), else step 0. Also returns the checkpoint resumed from."""
-    state = _State(world_size=world_size)
-    resumed_from = _pick_resume(reporter, run.cfg.output_dir)
+    state = State(world_size=world_size)
+    resumed_from = pick_resume(reporter, run.cfg.output_dir)
     if resumed_from is not None:
         saved = load_checkpoint(
             resumed_from,
@@ -307,15 +274,48 @@ def _resume(run: _Run, reporter: Reporter, world_size: int) -> tuple[_State, Pat
             generator=run.generator,
             files=reporter.checkpoint_files(resumed_from),  # object storage: fetched as read
         )
-        state = _State(**{**saved, "world_size": world_size})
+        state = State(**{**saved, "world_size": world_size})
         log.info("resumed from %s at step %d", resumed_from, state.step)
     elif run.cfg.model.init_from is not None:  # another job's checkpoint (model.init_from)
-        state = _init_from(run.cfg.model.init_from, run, reporter, state)
+        state = apply_init_from(run.cfg.model.init_from, run, reporter, state)
     return state, resumed_from
 
 
+def _position_rows(run: Run) -> int:
+    """Rows one data position covers over the data-parallel ranks: a batch of each rank, or
+    one row (an elastic run's ``RowOrder``)."""
+    if isinstance(run.order, RowOrder):
+        return run.order.unit
+    return run.engine.dp_size * run.tc.per_device_train_batch_size
+
+
+def _position(run: Run, state: State) -> int:
+    """The data position counted from the start of epoch 0."""
+    return state.epoch * len(run.order) + state.batch
+
+
+def _rebase(state: State, rows: int) -> None:
+    """Put the data position in this run's batches (``rows`` rows per batch index over the
+    data-parallel ranks). An elastic job resumes on another width with the same per-device
+    batch and the accumulation re-derived (``shunter.jobspec.elastic``): each step takes the
+    same rows at any width, so the rows consumed so far are the position; a checkpoint saved
+    on 4 ranks at batch 6 is batch 12 on 2. An elastic run's positions are rows
+    (``RowOrder``), so its resume is exact at any width; the error is left for a checkpoint
+    of an elastic run resumed as a rigid one mid-batch."""
+    old = state.rows_per_batch
+    if old and old != rows and state.batch:
+        consumed = state.batch * old
+        if consumed % rows:
+            raise RuntimeError(
+                f"cannot resume at an exact data position: {consumed} rows consumed are not "
+                f"a whole number of this run's {rows}-row batches"
+            )
+        state.batch = consumed // rows
+    state.rows_per_batch = rows
+
+
 def _advance(
-    run: _Run, state: _State, step: int, window: list[tuple[int, int, list[int]]], stepped: bool
+    run: Run, state: State, step: int, window: list[tuple[int, int, list[int]]], stepped: bool
 ) -> None:
     """After an optimizer step (``stepped``; a skipped one leaves the LR where it was): the
     LR schedule's step and the data position of the next micro-batch."""
@@ -336,7 +336,7 @@ def _save_due(
     return _due(tc.save_strategy, tc.save_steps, step, epoch_done) or last or best
 
 
-def _save(run: _Run, state: _State) -> Path:
+def _save(run: Run, state: State) -> Path:
     """A checkpoint of this step (then the oldest beyond ``save_total_limit`` go)."""
     out = run.cfg.output_dir
     ckpt = save_checkpoint(
@@ -351,17 +351,17 @@ def _save(run: _Run, state: _State) -> Path:
     return ckpt
 
 
-def _save_final(run: _Run, state: _State, reporter: Reporter) -> Path:
+def _save_final(run: Run, state: State, reporter: Reporter) -> Path:
     """The final model (the best checkpoint's with ``load_best_model_at_end``)."""
     best = _best_dir(run.cfg, state)
     if run.tc.load_best_model_at_end and best is not None:
-        directory, files = _readable(reporter, best)
+        directory, files = readable_checkpoint(reporter, best)
         if files is not None or best.exists():
             run.engine.load(directory, files=files)
     return save_final(run.engine, run.tokenizer, run.cfg.model, run.cfg.output_dir / "final")
 
 
-def _summary(meter: _Meter, runtime: float, steps_run: int) -> dict[str, float]:
+def _summary(meter: Meter, runtime: float, steps_run: int) -> dict[str, float]:
     """The run's closing report (since resume; ``runtime``: the step loop only)."""
     return {
         "train_loss": meter.run_loss / max(meter.run_steps, 1),
@@ -372,8 +372,8 @@ def _summary(meter: _Meter, runtime: float, steps_run: int) -> dict[str, float]:
 
 
 def _result(
-    run: _Run,
-    state: _State,
+    run: Run,
+    state: State,
     summary: dict[str, float],
     metrics: dict[str, float],
     resumed_from: Path | None,
@@ -396,230 +396,10 @@ def _result(
     )
 
 
-# -------------------------------------------------------------------- one optimizer step
+# -------------------------------------------------------------------- best eval, due
 
 
-def _train_step(
-    run: _Run, window: list[list[int]], meter: _Meter, guard: DivergenceGuard, timer: StepTimer
-) -> bool:
-    """One optimizer step over ``window``; True when the divergence guard skipped it."""
-    engine, ops = run.engine, run.ops
-    # Collate the whole window first: its global target count normalises every micro-step.
-    batches = [run.collate(_rows(run.train_ds, indices)) for indices in window]
-    local_count = sum(ops.target_count(b["labels"]) for b in batches)  # CPU ints: no sync
-    count = torch.tensor(float(local_count), device=engine.device)
-    global_count = engine.reduce_sum(count).clamp_(min=1.0)  # collective, stays on device
-    scale = engine.dp_size / global_count  # DDP/FSDP average grads over dp ranks; undo that
-    loss_sum = torch.zeros((), device=engine.device)
-    for i, batch in enumerate(batches):
-        batch = {k: v.to(engine.device, non_blocking=True) for k, v in batch.items()}
-        labels = batch.pop("labels")
-        final = i == len(batches) - 1
-        with contextlib.nullcontext() if final else engine.no_sync():
-            with timer.compute():
-                summed, _ = ops.loss(engine.forward(**batch), labels, run.tc)
-            engine.backward(summed * scale)
-        loss_sum += summed.detach()
-    gate = None
-    if guard.enabled:  # the global mean loss (one small all-reduce, stays on the device)
-        gate = guard.gate(engine.reduce_sum(loss_sum) / global_count)
-    grad_norm = engine.clip_and_step(clip_norm(run.tc), skip=gate)
-    if gate is not None and guard.last is not None and guard.last.skip:
-        return True  # the meter keeps good steps only: a NaN would poison the logged mean
-    samples = sum(len(ix) for ix in window)
-    tokens = sum(_tokens(b) for b in batches)
-    meter.add(loss_sum / global_count, grad_norm, samples=samples, tokens=tokens)
-    return False
-
-
-# -------------------------------------------------------------------- divergence
-
-
-def _on_skip(guard: DivergenceGuard, step: int, reporter: Reporter) -> bool:
-    """Record a skipped step (a metric the service turns into an event); True = roll back."""
-    verdict = guard.last
-    assert verdict is not None
-    guard.record_skip(step)
-    log.warning(
-        "step %d skipped (%s): loss %s, grad norm %s",
-        step,
-        verdict.reason,
-        verdict.loss,
-        verdict.grad_norm,
-    )
-    reporter.report(
-        step,
-        {
-            "health_skipped_steps": float(guard.total_skips),
-            "health_skipped_loss": verdict.loss,
-            "health_skipped_grad_norm": verdict.grad_norm,
-        },
-    )
-    return guard.rollback_due(step)
-
-
-def _roll_back(run: _Run, state: _State, guard: DivergenceGuard, reporter: Reporter) -> _State:
-    """Back to the last verified checkpoint, past the data that led here, with a new seed.
-    Raises ``Diverged`` after ``max_rollbacks`` rollbacks or with no checkpoint to go to."""
-    cfg, generator = run.cfg, run.generator
-    spec = cfg.spec.health.divergence
-    if state.rollbacks >= spec.max_rollbacks:
-        raise Diverged(state.step, guard.last_finite_loss, state.rollbacks)
-    target = _agreed(lambda: latest_verified(cfg.output_dir, reporter.checkpoint_files))
-    if target is None:
-        raise Diverged(state.step, guard.last_finite_loss, state.rollbacks)
-    directory, files = _readable(reporter, target)
-    saved = load_checkpoint(
-        directory, run.engine, scheduler=run.scheduler, generator=generator, files=files
-    )
-    rollbacks = state.rollbacks + 1
-    # Keep the data position: the batches since the checkpoint are skipped, not replayed.
-    back = _State(
-        **{**saved, "world_size": state.world_size, "epoch": state.epoch, "batch": state.batch}
-    )
-    back.rollbacks = rollbacks
-    seed = cfg.training.seed + rollbacks  # dropout, masking: not the same draws again
-    set_seed(seed)
-    if generator is not None:
-        rank = dist.get_rank() if dist.is_initialized() else 0
-        generator.manual_seed(seed + rank)
-    guard.after_rollback()
-    log.warning(
-        "rollback %d/%d at step %d: back to %s (step %d), seed %d",
-        rollbacks,
-        spec.max_rollbacks,
-        state.step,
-        target,
-        back.step,
-        seed,
-    )
-    reporter.report(
-        state.step,
-        {
-            "health_rollbacks": float(rollbacks),
-            "health_rollback_to_step": float(back.step),
-            "health_seed": float(seed),
-        },
-    )
-    return back
-
-
-def _rows(ds: Any, indices: list[int]) -> list[dict[str, Any]]:
-    cols = ds[indices]  # one Arrow slice for the batch instead of one lookup per row
-    return [dict(zip(cols, values, strict=True)) for values in zip(*cols.values(), strict=True)]
-
-
-def _tokens(batch: dict[str, torch.Tensor]) -> int:
-    """Input tokens of a batch (CPU tensors: no sync); packed chat rows have no mask."""
-    mask = batch.get("attention_mask")
-    return int(mask.sum()) if mask is not None else batch["input_ids"].numel()
-
-
-# -------------------------------------------------------------------- logging
-
-
-class _Meter:
-    """Device-side accumulators between logging steps; ``flush`` is the only sync point."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.loss = torch.zeros((), device=device)  # sum of per-step mean losses (local part)
-        self.grad_norm = torch.zeros((), device=device)
-        self.steps = self.samples = self.tokens = 0
-        self.run_loss, self.run_steps, self.run_samples = 0.0, 0, 0
-        self.t0 = time.perf_counter()
-
-    def add(
-        self, loss: torch.Tensor, grad_norm: torch.Tensor, *, samples: int, tokens: int
-    ) -> None:
-        self.loss += loss
-        self.grad_norm = grad_norm
-        self.steps, self.samples, self.tokens = (
-            self.steps + 1,
-            self.samples + samples,
-            self.tokens + tokens,
-        )
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Time spent inside does not count as step time (eval between steps)."""
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.t0 += time.perf_counter() - start
-
-    def flush(self, engine: Engine, *, lr: float, epoch: float) -> dict[str, float]:
-        packed = torch.stack(
-            [
-                self.loss,
-                torch.tensor(float(self.samples), device=self.device),
-                torch.tensor(float(self.tokens), device=self.device),
-            ]
-        )
-        # Each rank holds its share of every step's mean loss; the sum over ranks is the mean.
-        loss, samples, tokens = engine.reduce_sum(packed).tolist()  # host sync (logging step)
-        grad_norm = float(self.grad_norm)  # host sync (logging step)
-        now = time.perf_counter()
-        elapsed = max(now - self.t0, 1e-9)
-        out = {
-            "loss": loss / self.steps,
-            "learning_rate": lr,
-            "grad_norm": grad_norm,
-            "tokens_per_s": tokens / elapsed,
-            "samples_per_s": samples / elapsed,
-            "step_time_s": elapsed / self.steps,
-            "epoch": epoch,
-            "peak_memory_mb": _peak_memory_mb(engine.device),
-        }
-        self.run_loss, self.run_steps = self.run_loss + loss, self.run_steps + self.steps
-        self.run_samples += int(samples)
-        self.loss = torch.zeros((), device=self.device)
-        self.steps = self.samples = self.tokens = 0
-        self.t0 = now
-        return out
-
-
-def _peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB → MiB
-
-
-# -------------------------------------------------------------------- eval, best, resume
-
-
-@torch.no_grad()
-def _evaluate(engine: Engine, ds: Any, cfg: TrainConfig, tokenizer: Any) -> dict[str, float]:
-    """The task's eval metrics over ``ds``: its ``eval_stats`` summed over batches and ranks,
-    then its ``metrics``."""
-    task = cfg.model.task
-    ops = task_ops(task)
-    # A fresh, fixed-seed collator: eval masking (MLM) is the same every time and does not
-    # consume the training collator's random stream.
-    model_config = getattr(engine.unwrapped, "config", None)
-    collate = make_collator(task, tokenizer, seed=cfg.training.seed, model_config=model_config)
-    engine.model.eval()
-    totals: torch.Tensor | None = None
-    for indices, real in eval_batches(
-        len(ds),
-        batch_size=cfg.training.per_device_eval_batch_size,
-        dp_rank=engine.dp_rank,
-        dp_size=engine.dp_size,
-    ):
-        batch = {k: v.to(engine.device) for k, v in collate(_rows(ds, indices)).items()}
-        labels = batch.pop("labels")
-        stats = ops.eval_stats(engine.forward(**batch), labels)
-        stats = stats if real else 0 * stats  # a padding batch: every rank runs each forward
-        totals = stats if totals is None else totals + stats
-    engine.model.train()
-    assert totals is not None  # eval_batches yields at least one batch per rank
-    return ops.metrics(engine.reduce_sum(totals).tolist())  # host sync (eval only)
-
-
-def _update_best(
-    state: _State, metrics: dict[str, float], cfg: TrainConfig, scheduler: Any
-) -> bool:
+def _update_best(state: State, metrics: dict[str, float], cfg: TrainConfig, scheduler: Any) -> bool:
     """Track the best eval; step a plateau scheduler; return True when patience ran out."""
     tc = cfg.training
     name = best_metric_key(tc)
@@ -639,70 +419,9 @@ def _update_best(
     return patience is not None and state.bad_evals >= patience
 
 
-def _best_dir(cfg: TrainConfig, state: _State) -> Path | None:
+def _best_dir(cfg: TrainConfig, state: State) -> Path | None:
     return None if state.best_step is None else cfg.output_dir / f"checkpoint-{state.best_step}"
 
 
 def _due(strategy: str, every: int, step: int, epoch_done: bool) -> bool:
     return (strategy == "steps" and step % every == 0) or (strategy == "epoch" and epoch_done)
-
-
-def _init_from(init: Any, run: _Run, reporter: Reporter, state: _State) -> _State:
-    """Start from another job's checkpoint: everything (``resume``) or the weights only."""
-    if not isinstance(init, dict):  # the JobSpec section itself (a pydantic model)
-        init = init.model_dump()
-    path = Path(init["path"])
-    files = reporter.checkpoint_files(path)
-    if (problem := _problem(path, files)) is not None:
-        raise RuntimeError(f"model.init_from checkpoint {path} does not verify: {problem}")
-    engine = run.engine
-    if init.get("resume"):
-        saved = load_checkpoint(
-            path, engine, scheduler=run.scheduler, generator=run.generator, files=files
-        )
-        log.info("continuing %s from %s at step %d", init["job"], path, saved["step"])
-        return _State(**{**saved, "world_size": state.world_size})
-    lrs = [group["lr"] for group in engine.optimizer.param_groups]
-    engine.load(path, files=files)  # model and optimizer; the optimizer's part is dropped below
-    engine.optimizer.state.clear()  # weights only: fresh moments and step counts
-    for group, lr in zip(engine.optimizer.param_groups, lrs, strict=True):
-        group["lr"] = lr  # this job's schedule, not the saved job's last learning rate
-    log.info("initialised weights from %s (%s)", path, init["job"])
-    return state
-
-
-def _pick_resume(reporter: Reporter, output_dir: Path) -> Path | None:
-    """Rank 0 chooses (hashing is not free); every rank gets the same answer."""
-
-    def choose() -> Path | None:
-        given = reporter.latest_checkpoint()
-        problem = None if given is None else _problem(given, reporter.checkpoint_files(given))
-        if problem is not None:
-            log.warning("reporter's checkpoint %s does not verify (%s); scanning", given, problem)
-            given = None
-        return given or latest_verified(output_dir)
-
-    return _agreed(choose)
-
-
-def _readable(reporter: Reporter, path: Path) -> tuple[Path, CheckpointFiles | None]:
-    """Where to load this attempt's checkpoint ``path`` from, and how: on local disk, or (a
-    job on several nodes without a shared disk, whose staging holds only this node's part)
-    through the reporter's view of the copy in object storage, which has its own directory."""
-    files = reporter.checkpoint_files(path)
-    return (path if files is None else files.path), files
-
-
-def _problem(path: Path, files: CheckpointFiles | None) -> str | None:
-    """Why ``path`` is no checkpoint to load: hashed on local disk, or asked of ``files``."""
-    return verify_checkpoint(path) if files is None else files.problem()
-
-
-def _agreed(choose: Callable[[], Path | None]) -> Path | None:
-    """Rank 0's ``choose()``, broadcast to every rank (a collective when distributed)."""
-    choice: list[Path | None] = [None]
-    if not dist.is_initialized() or dist.get_rank() == 0:
-        choice[0] = choose()
-    if dist.is_initialized():
-        dist.broadcast_object_list(choice, src=0)
-    return choice[0]

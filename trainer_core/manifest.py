@@ -8,8 +8,9 @@ object storage: ``worker.node_cache``) can fetch and check just those blocks::
                                 "block_size": 4194304, "blocks": ["...", "...", "..."]},
                "trainer_state.json": {"size": 312, "sha256": "..."}, ...}}
 
-Standard library only, so a process that only checks checkpoints (the Ray Train controller's
-``ApiCallback``) does not import torch.
+The per-file table is ``storage.manifest``'s (team objects use the same format). Standard
+library only (``storage`` imports no third-party package at import time), so a process that
+only checks checkpoints (the Ray Train controller's ``ApiCallback``) does not import torch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from storage.manifest import BLOCK_SIZE, MANIFEST
+from storage.manifest import object_file_table as file_table
+
+_CHUNK = 1024 * 1024
+
 __all__ = [
     "BLOCK_SIZE",
     "MANIFEST",
@@ -29,18 +35,6 @@ __all__ = [
     "verify_checkpoint",
     "write_manifest",
 ]
-
-MANIFEST = "manifest.json"
-BLOCK_SIZE = 4 * 1024 * 1024  # bytes per hashed block: the unit of a partial fetch
-_CHUNK = 1024 * 1024
-
-
-def file_table(directory: Path, *, block_size: int | None = None) -> dict[str, dict[str, Any]]:
-    """``{relative path: {size, sha256[, block_size, blocks]}}`` of every file under
-    ``directory`` but the manifest (``block_size``: default ``BLOCK_SIZE``)."""
-    block = block_size or BLOCK_SIZE
-    files = sorted(p for p in directory.rglob("*") if p.is_file() and p.name != MANIFEST)
-    return {str(p.relative_to(directory)): _describe(p, block) for p in files}
 
 
 def write_manifest(directory: Path, files: dict[str, dict[str, Any]] | None = None) -> None:
@@ -72,31 +66,6 @@ def blocks_of(meta: dict[str, Any]) -> tuple[int, list[str]]:
     if "blocks" in meta:
         return int(meta["block_size"]), list(meta["blocks"])
     return max(int(meta["size"]), 1), [str(meta["sha256"])]
-
-
-def _describe(path: Path, block_size: int) -> dict[str, Any]:
-    """Size, SHA-256 and (past one block) per-block SHA-256s, in one read of the file."""
-    whole = hashlib.sha256()
-    blocks: list[str] = []
-    size = 0
-    with open(path, "rb") as fh:
-        while True:
-            block = hashlib.sha256()
-            left = block_size
-            while left and (chunk := fh.read(min(_CHUNK, left))):
-                whole.update(chunk)
-                block.update(chunk)
-                left -= len(chunk)
-            if left == block_size:
-                break  # end of file on a block boundary
-            blocks.append(block.hexdigest())
-            size += block_size - left
-            if left:
-                break  # a short last block
-    meta: dict[str, Any] = {"size": size, "sha256": whole.hexdigest()}
-    if len(blocks) > 1:
-        meta |= {"block_size": block_size, "blocks": blocks}
-    return meta
 
 
 def _sha256(path: Path) -> str:

@@ -108,7 +108,7 @@ def quantization_kwargs(cfg: ModelConfig) -> dict[str, Any]:
         config = BitsAndBytesConfig(  # type: ignore[no-untyped-call]
             load_in_4bit=True,
             bnb_4bit_quant_type=q.quant_type or "nf4",
-            bnb_4bit_compute_dtype=_COMPUTE_DTYPES[q.compute_dtype],
+            bnb_4bit_compute_dtype=compute_dtype(q),
             bnb_4bit_use_double_quant=q.double_quant,
         )
     device = int(os.environ.get("LOCAL_RANK", "0"))
@@ -116,6 +116,11 @@ def quantization_kwargs(cfg: ModelConfig) -> dict[str, Any]:
 
 
 _COMPUTE_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def compute_dtype(q: Any) -> torch.dtype:
+    """The dtype a quantized base computes in (``model.quantization.compute_dtype``)."""
+    return _COMPUTE_DTYPES[q.compute_dtype]
 
 
 def _scratch_config(

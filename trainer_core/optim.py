@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 import torch
@@ -38,7 +38,7 @@ from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
 from trainer_core.config import TrainingConfig, higher_is_better
-from trainer_core.galore import GaLore, Inner
+from trainer_core.galore import GaLore, Inner, closure_loss
 
 __all__ = [
     "Lion",
@@ -237,19 +237,26 @@ def _constant(_: int | None = None) -> float:
     return 1
 
 
-def _warm(step: int, num_warmup_steps: int) -> float:
-    return float(step) / float(max(1, num_warmup_steps))
+def _with_warmup(decay: Callable[..., float]) -> Callable[..., float]:
+    """The schedule that warms up linearly over ``num_warmup_steps``, then follows ``decay``
+    (given the step and the same keywords)."""
+
+    @wraps(decay)
+    def schedule(step: int, *, num_warmup_steps: int, **kwargs: Any) -> float:
+        if step < num_warmup_steps:
+            return float(step) / float(max(1, num_warmup_steps))
+        return decay(step, num_warmup_steps=num_warmup_steps, **kwargs)
+
+    return schedule
 
 
+@_with_warmup
 def _constant_with_warmup(step: int, *, num_warmup_steps: int) -> float:
-    if step < num_warmup_steps:
-        return float(step) / float(max(1.0, num_warmup_steps))
     return 1.0
 
 
+@_with_warmup
 def _linear(step: int, *, num_warmup_steps: int, num_training_steps: int) -> float:
-    if step < num_warmup_steps:
-        return _warm(step, num_warmup_steps)
     return max(
         0.0, float(num_training_steps - step) / float(max(1, num_training_steps - num_warmup_steps))
     )
@@ -259,26 +266,25 @@ def _progress(step: int, num_warmup_steps: int, num_training_steps: int) -> floa
     return float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
 
 
+@_with_warmup
 def _cosine(
     step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: float
 ) -> float:
-    if step < num_warmup_steps:
-        return _warm(step, num_warmup_steps)
     progress = _progress(step, num_warmup_steps, num_training_steps)
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * float(num_cycles) * 2.0 * progress)))
 
 
+@_with_warmup
 def _cosine_restarts(
     step: int, *, num_warmup_steps: int, num_training_steps: int, num_cycles: int
 ) -> float:
-    if step < num_warmup_steps:
-        return _warm(step, num_warmup_steps)
     progress = _progress(step, num_warmup_steps, num_training_steps)
     if progress >= 1.0:
         return 0.0
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * ((float(num_cycles) * progress) % 1.0))))
 
 
+@_with_warmup
 def _polynomial(
     step: int,
     *,
@@ -288,8 +294,6 @@ def _polynomial(
     power: float,
     lr_init: float,
 ) -> float:
-    if step < num_warmup_steps:
-        return _warm(step, num_warmup_steps)
     if step > num_training_steps:
         return lr_end / lr_init  # LambdaLR multiplies by lr_init
     decay_steps = num_training_steps - num_warmup_steps
@@ -317,10 +321,7 @@ class Lion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None) -> float | None:  # type: ignore[override]
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
+        loss = closure_loss(closure)
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in group["params"]:

@@ -18,7 +18,7 @@ collective per window, none per step). The logged metrics then carry, per rank,
 gang's ``window/samples_per_s`` and ``window/tokens_per_s`` (from the logging intervals of the
 window), and ``window/ranks`` (how many ranks reported: the service judges a window once all
 of its points have arrived, whichever metrics batches carried them;
-``service.jobs.straggler_rule``).
+``service.health.straggler_rule``).
 """
 
 from __future__ import annotations
@@ -26,21 +26,32 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from shunter.jobspec.models import StragglerSpec
+from shunter.jobspec.spec import StragglerSpec
 from trainer_core.reporter import _control_group
 
-__all__ = ["StepTimer", "rank_metric"]
+__all__ = ["StepTimer", "rank_metric", "timed"]
 
 
 def rank_metric(rank: int, kind: str) -> str:
     """The metric name of one rank's mean ``compute_s`` or ``wait_s`` over a window."""
     return f"rank/{rank}/{kind}"
+
+
+@contextlib.contextmanager
+def timed(add: Callable[[float], None]) -> Iterator[None]:
+    """Times the block on the host clock and hands its seconds to ``add`` (also when the
+    block raises)."""
+    t0 = time.perf_counter()
+    try:
+        yield
+    finally:
+        add(time.perf_counter() - t0)
 
 
 class StepTimer:
@@ -61,14 +72,15 @@ class StepTimer:
         self._events: list[tuple[Any, Any]] = []  # CUDA (start, end) pairs, read at the end
         self.samples = self.tokens = self.seconds = 0.0  # from the logging intervals
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.steps += 1
-            self.step_s += time.perf_counter() - t0
+    def step(self) -> contextlib.AbstractContextManager[None]:
+        return timed(self._stepped)
+
+    def _stepped(self, seconds: float) -> None:
+        self.steps += 1
+        self.step_s += seconds
+
+    def _computed(self, seconds: float) -> None:
+        self.compute_s += seconds
 
     @contextlib.contextmanager
     def compute(self) -> Iterator[None]:
@@ -85,11 +97,8 @@ class StepTimer:
                 end.record()
                 self._events.append((start, end))
             return
-        t0 = time.perf_counter()
-        try:
+        with timed(self._computed):
             yield
-        finally:
-            self.compute_s += time.perf_counter() - t0
 
     def window_end(self, logged: dict[str, float]) -> dict[str, float]:
         """Called at every logging step with that step's metrics (``samples_per_s``,

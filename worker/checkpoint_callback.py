@@ -16,7 +16,9 @@ is raised from here: a callback exception would fail the training run.
 
 ``RestartWatch`` turns Ray Train's own restarts of the worker group (``FailureConfig``: a worker
 died, e.g. SIGKILL or a lost node) into API events: the lost worker's rank and node, the cause,
-and the step the new group resumes from (the newest checkpoint Ray committed in this run, else
+the restart's number in the attempt (the service writes one event per number, so a re-sent
+report is harmless; it goes through the same outbox as the registrations), and the step the
+new group resumes from (the newest checkpoint Ray committed in this run, else
 the attempt's ``resume_from``). It uses Ray Train's internal callback interfaces
 (``ReportCallback`` + ``WorkerGroupCallback``, as Ray's own ``CheckpointManager`` does): the
 public ``UserCallback`` sees neither worker-group starts nor the workers' nodes.
@@ -28,6 +30,7 @@ import hashlib
 import json
 import logging
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +42,7 @@ from ray.train.v2._internal.execution.callback import (
 )
 
 import storage
-from worker.internal_api import ApiError, InternalApi
+from worker.internal_api import InternalApi, restart_body
 from worker.outbox import PostOutbox
 
 __all__ = ["ApiCallback", "RestartWatch", "dir_bytes", "verify_stored"]
@@ -60,6 +63,21 @@ def outbox_path(job_id: str, attempt: int) -> Path:
     return Path(tempfile.gettempdir()) / "shunter-outbox" / f"{job_id}-{attempt}.jsonl"
 
 
+_OUTBOXES: dict[Path, PostOutbox] = {}
+_OUTBOXES_LOCK = threading.Lock()
+
+
+def attempt_outbox(args: dict[str, Any], path: Path) -> PostOutbox:
+    """The attempt's one outbox in this process (the Train controller): checkpoint
+    registrations and restart reports share it, so they land in the order they were made
+    and the flush at the end of training covers both."""
+    with _OUTBOXES_LOCK:
+        box = _OUTBOXES.get(path)
+        if box is None:
+            box = _OUTBOXES[path] = PostOutbox(InternalApi(**args), path=path)
+        return box
+
+
 class ApiCallback(UserCallback, ControllerCallback):
     def __init__(self, *, api_url: str, token: str, job_id: str, attempt: int) -> None:
         self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
@@ -72,8 +90,7 @@ class ApiCallback(UserCallback, ControllerCallback):
 
     def _queue(self) -> PostOutbox:
         if self._outbox is None:
-            api = InternalApi(**self._args)  # type: ignore[arg-type]
-            self._outbox = PostOutbox(api, path=self._path)
+            self._outbox = attempt_outbox(self._args, self._path)
         return self._outbox
 
     def after_controller_finish(self, result: Any) -> None:
@@ -154,14 +171,15 @@ class RestartWatch(ReportCallback, WorkerGroupCallback):
         self, *, api_url: str, token: str, job_id: str, attempt: int, resume_from: str | None
     ) -> None:
         self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
-        self._api: InternalApi | None = None
+        self._path = outbox_path(job_id, attempt)
+        self._outbox: PostOutbox | None = None
         self._step = storage.checkpoint_step(resume_from)  # where a new group would resume
         self._groups = 0
         self._nodes: dict[int, str] = {}  # world rank -> node IP of the current group
         self._errors: dict[int, str] = {}  # world rank -> "Type: message" seen by polls
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_api": None}
+        return {**self.__dict__, "_outbox": None}
 
     def after_report(self, training_report: Any, metrics: list[dict[str, Any]]) -> None:
         if getattr(training_report, "checkpoint", None) is not None and metrics:
@@ -185,14 +203,14 @@ class RestartWatch(ReportCallback, WorkerGroupCallback):
         rank = _lost_rank(self._errors)
         cause = self._errors.get(rank, "") if rank is not None else ""
         cause = cause.strip().splitlines()[0] if cause.strip() else "the worker group failed"
-        try:
-            if self._api is None:
-                self._api = InternalApi(**self._args)  # type: ignore[arg-type]
-            self._api.restart(
-                rank=rank,
-                node=self._nodes.get(rank) if rank is not None else None,
-                cause=cause,
-                resumed_from_step=self._step,
-            )
-        except ApiError as e:
-            log.warning("worker-group restart not reported: %s", e)
+        body = restart_body(
+            rank=rank,
+            node=self._nodes.get(rank) if rank is not None else None,
+            cause=cause,
+            resumed_from_step=self._step,
+            seq=self._groups - 1,
+        )
+        if self._outbox is None:
+            self._outbox = attempt_outbox(self._args, self._path)
+        if not self._outbox.put("restarts", body):
+            log.warning("worker-group restart not reported: the outbox is full")

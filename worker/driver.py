@@ -46,6 +46,8 @@ from typing import Any
 import storage
 from shunter.jobspec import JobSpec
 from shunter.provenance import installed_versions
+from shunter.wire import ONLY_NODES_ENV, RAY_GCS_ADDRESS_ENV, attempt_identity
+from worker import startup_trace
 from worker.classify import ErrorInfo, classify
 from worker.internal_api import ApiError, AttemptFenced, InternalApi, RetryPolicy
 from worker.log_shipper import LogShipper, flush_installed
@@ -55,6 +57,7 @@ __all__ = [
     "avoid_nodes_selector",
     "build_trainer",
     "main",
+    "only_nodes_selector",
     "preflight",
     "preflight_inputs",
     "warm_main",
@@ -145,6 +148,18 @@ def preflight_inputs(inputs: dict[str, Any] | None) -> ErrorInfo | None:
 _NODE_ID_LABEL = "ray.io/node-id"
 
 
+def only_nodes_selector(only: list[str], avoid: list[str]) -> dict[str, str] | None:
+    """The workers' Ray label selector that keeps them on ``only`` (the nodes of the
+    accelerator type the scheduler placed the attempt on; [] = any node) and off ``avoid``
+    (cordoned), or None when neither applies."""
+    wanted = {n for n in only if n}
+    if not wanted:
+        return avoid_nodes_selector(avoid)
+    # Every node of the type cordoned: the type still holds (a cordon only steers).
+    keep = sorted(wanted - set(avoid)) or sorted(wanted)
+    return {_NODE_ID_LABEL: f"in({','.join(keep)})"}
+
+
 def avoid_nodes_selector(node_ids: list[str]) -> dict[str, str] | None:
     """The workers' Ray label selector that keeps them off ``node_ids`` (the nodes the
     straggler watch cordoned when this attempt asked for its spec), or None."""
@@ -177,12 +192,7 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
         per_worker["GPU"] = float(res.gpus_per_worker)
     max_steps = spec.training.max_steps
     resume_from = payload.get("resume_from")
-    identity: dict[str, Any] = {
-        "api_url": env["SHUNTER_API_URL"],
-        "token": env["SHUNTER_ATTEMPT_TOKEN"],
-        "job_id": env["SHUNTER_JOB_ID"],
-        "attempt": int(env["SHUNTER_ATTEMPT"]),
-    }
+    identity = attempt_identity(env)
     callback = ApiCallback(**identity)
     restarts = RestartWatch(**identity, resume_from=resume_from)  # restarts become events
     loop_config: dict[str, Any] = {
@@ -212,17 +222,18 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
             "storage_path": posixpath.dirname(base),
             "storage_filesystem": fs,  # carries the endpoint override (self-hosted S3)
         }
-    selector = avoid_nodes_selector(list(payload.get("avoid_nodes") or []))
+    only = [n for n in env.get(ONLY_NODES_ENV, "").split(",") if n]
+    selector = only_nodes_selector(only, list(payload.get("avoid_nodes") or []))
     avoid: dict[str, Any] = {"label_selector": selector} if selector else {}
     return ShunterTrainer(
         train_loop_per_worker,
         backend_config=TorchEnvConfig(),
         train_loop_config=loop_config,
         scaling_config=ScalingConfig(
-            num_workers=res.num_workers,
+            num_workers=res.max_workers,  # the attempt's width: its spec is rigid (stored_at_width)
             use_gpu=res.gpus_per_worker > 0,
             resources_per_worker=per_worker,
-            # Cordoned nodes (service.jobs.straggler): no worker is placed on them (Ray Train
+            # Cordoned nodes (service.health.straggler): no worker is placed on them (Ray Train
             # v2's ScalingConfig, which the launcher turns on; absent when none is cordoned).
             **avoid,
         ),
@@ -262,6 +273,8 @@ def _remaining_runtime(spec: JobSpec, payload: dict[str, Any]) -> float | None:
 
 
 def run(api: InternalApi, env: dict[str, str]) -> int:
+    if startup_trace.enabled():  # bench/startup.py --trace
+        startup_trace.mark("driver", "main", time.time())
     log.info(
         "driver pid %d for job %s attempt %d on ray %s",
         os.getpid(),
@@ -303,6 +316,8 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
     from worker.train_fn import RESULT_FILE
 
     storage.delete_tree(storage.join(payload["output_dir"], RESULT_FILE))  # an earlier attempt's
+    if startup_trace.enabled():  # bench/startup.py --trace
+        startup_trace.mark("driver", "fit", time.time())
     try:
         build_trainer(payload, env).fit()
     except Exception as e:  # every failure becomes a reported error with its real cause
@@ -324,7 +339,7 @@ def run(api: InternalApi, env: dict[str, str]) -> int:
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    gcs = os.environ.get("SHUNTER_RAY_GCS_ADDRESS")
+    gcs = os.environ.get(RAY_GCS_ADDRESS_ENV)
     if gcs:
         # The job supervisor set RAY_ADDRESS by its own auto-detection, which can name another
         # Ray instance on this machine; the launcher knows the cluster this job was submitted
@@ -332,10 +347,7 @@ def main() -> int:
         os.environ["RAY_ADDRESS"] = gcs
     env = dict(os.environ)
     api = InternalApi(
-        api_url=env["SHUNTER_API_URL"],
-        token=env["SHUNTER_ATTEMPT_TOKEN"],
-        job_id=env["SHUNTER_JOB_ID"],
-        attempt=int(env["SHUNTER_ATTEMPT"]),
+        **attempt_identity(env),
         # ~3.5 minutes of retries: the final status must survive a service restart, the
         # database away or this node cut off from the API for a minute (docs/reliability.md),
         # or the finished attempt is lost and rerun from its last checkpoint.

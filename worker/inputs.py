@@ -164,7 +164,9 @@ class NodeInputs:
     def fetch_tokenized(self, key: str) -> Path | None:
         local_key = f"tok-{key}"
         if self.cache.cached(local_key):
-            return self.cache.get(local_key, lambda: self._tok_source(key))
+            local = self.cache.get(local_key, lambda: self._tok_source(key))
+            self._keep_stored(key, local)
+            return local
         if self.tokenized is None:
             return None
         uri = storage.join(self.tokenized, key)
@@ -179,6 +181,36 @@ class NodeInputs:
             storage.delete_tree(storage.join(uri, MANIFEST))
             storage.delete_tree(uri)
             return None
+
+    def _keep_stored(self, key: str, local: Path) -> None:
+        """The store holds ``key`` whenever this node's cache does: upload the node's copy
+        (files first, manifest last) when the store lacks it.
+
+        A rank that finds ``key`` in its node's cache does not build it (rank 0 in
+        ``trainer_core.data._obtain``), and the ranks on the other nodes then fetch it from
+        the store. The node cache is not the store's mirror: it outlives a store copy that was
+        deleted (as corrupt, or cleaned up), and one node cache serves every storage root its
+        jobs name. Seen in the private-disk e2e: the second test's bucket lacked the key its
+        first test had left in a node's cache, rank 0 ran there, and every rank on a fresh
+        node failed with "missing from the store after rank 0" until rank 0 landed on a node
+        without the copy: two of ``max_restarts`` spent before the fault the test injects.
+        One existence check per cache hit (an S3 HEAD) while the store holds it."""
+        if self.tokenized is None:
+            return
+        uri = storage.join(self.tokenized, key)
+        if storage.exists(storage.join(uri, MANIFEST)):
+            return
+        manifest = (local / MANIFEST).read_bytes()
+        staged = self.cache.root / "republish" / f"{key}.{secrets.token_hex(4)}"
+        try:
+            for rel in parse_manifest(manifest):  # hard links: the manifest is not among them
+                (staged / rel).parent.mkdir(parents=True, exist_ok=True)
+                os.link(local / rel, staged / rel)
+            storage.upload_dir(staged, uri)
+        finally:
+            shutil.rmtree(staged, ignore_errors=True)
+        storage.write_bytes(storage.join(uri, MANIFEST), manifest)  # last: now readers see it
+        log.info("tokenised dataset %s was on this node but not in the store: uploaded", key)
 
     # ------------------------------------------------------------------ streaming
     # A dataset larger than the cache (``trainer_core.streaming``): its raw file streamed from

@@ -26,10 +26,11 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sized
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -38,14 +39,17 @@ __all__ = [
     "ApiRejected",
     "ApiUnavailable",
     "AttemptFenced",
+    "BatchSender",
     "InternalApi",
     "MetricsSender",
     "RetryPolicy",
     "StopWatch",
     "json_safe",
+    "restart_body",
 ]
 
 log = logging.getLogger(__name__)
+B = TypeVar("B")
 
 
 class ApiError(RuntimeError):
@@ -100,6 +104,22 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [json_safe(v) for v in value]
     return value
+
+
+def restart_body(
+    *, rank: int | None, node: str | None, cause: str, resumed_from_step: int, seq: int | None
+) -> dict[str, Any]:
+    """``POST restarts``: the lost worker, the cause, where the new group resumed, and the
+    restart's number in the attempt (``seq``: the service writes one event per number)."""
+    body: dict[str, Any] = {
+        "rank": rank,
+        "node": node,
+        "cause": cause[:2000] or "unknown",
+        "resumed_from_step": resumed_from_step,
+    }
+    if seq is not None:
+        body["seq"] = seq
+    return body
 
 
 def _json_header(body: Any) -> dict[str, str] | None:
@@ -201,15 +221,18 @@ class InternalApi:
         self.request("POST", "status", body)
 
     def restart(
-        self, *, rank: int | None, node: str | None, cause: str, resumed_from_step: int
+        self,
+        *,
+        rank: int | None,
+        node: str | None,
+        cause: str,
+        resumed_from_step: int,
+        seq: int | None = None,
     ) -> None:
         """Ray Train restarted the worker group of this attempt (a worker was lost)."""
-        body = {
-            "rank": rank,
-            "node": node,
-            "cause": cause[:2000] or "unknown",
-            "resumed_from_step": resumed_from_step,
-        }
+        body = restart_body(
+            rank=rank, node=node, cause=cause, resumed_from_step=resumed_from_step, seq=seq
+        )
         self.request("POST", "restarts", body)
 
     def phase(self, phase: str, at: datetime) -> None:
@@ -233,7 +256,79 @@ class InternalApi:
         return out
 
 
-class MetricsSender:
+class BatchSender(ABC, Generic[B]):
+    """The loop of a background batching sender (``MetricsSender``'s metric points,
+    ``worker.log_shipper``'s output bytes): one thread wakes every ``interval_s``, or at once
+    when a full batch waits, a caller flushes or the owner closes; it sends one batch and,
+    once closing, ends when the buffer is empty or a send fails. A batch the API did not take
+    stays for the next round; 409 sets ``fenced`` and ends the sending for good. A subclass
+    says what a batch is: ``_take`` it, ``_post`` it, forget it once ``_sent``.
+    """
+
+    _buf: Sized  # what waits to be sent: its len() is compared with the batch size
+    _what = "a"  # names the batch in the log ("metrics batch not sent")
+
+    def __init__(self, api: InternalApi, *, interval_s: float, batch: int) -> None:
+        self._api = api
+        self._interval_s = interval_s
+        self._batch = batch
+        self._cv = threading.Condition()
+        self._closing = False
+        self._flushing = 0  # callers waiting in a flush: send now, not after interval_s
+        self.fenced = threading.Event()
+
+    @abstractmethod
+    def _take(self) -> B | None:
+        """(Under the lock.) The next batch to send; None when nothing waits."""
+
+    @abstractmethod
+    def _post(self, batch: B) -> Any:
+        """Send ``batch`` to the API (raises ``ApiError``); the API's reply."""
+
+    @abstractmethod
+    def _sent(self, batch: B, reply: Any) -> None:
+        """(Under the lock.) Forget what the API took of ``batch``."""
+
+    def _send_once(self) -> bool:
+        """Send one batch; True when it was sent or nothing waited."""
+        with self._cv:
+            batch = self._take()
+        if batch is None:
+            return True
+        try:
+            reply = self._post(batch)
+        except AttemptFenced:
+            self.fenced.set()
+            return False
+        except ApiError as e:
+            log.warning("%s batch not sent (will retry): %s", self._what, e)
+            return False
+        with self._cv:
+            self._sent(batch, reply)
+            self._cv.notify_all()  # wakes flush() callers
+        return True
+
+    def _run(self) -> None:
+        while not self.fenced.is_set():
+            with self._cv:
+                if not (self._closing or self._flushing) and len(self._buf) < self._batch:
+                    self._cv.wait(self._interval_s)
+                closing = self._closing
+            ok = self._send_once()
+            if closing and (not ok or not self._buf):
+                return
+
+    def _close(self) -> None:
+        """Tell the thread to send what is left and end."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+
+
+_Points = tuple[int, list[dict[str, Any]], dict[str, Any] | None]
+
+
+class MetricsSender(BatchSender[_Points]):
     """Background batching of metric points to ``POST metrics``.
 
     ``put`` appends to a bounded deque and returns at once (O(1), no I/O). The thread wakes
@@ -255,7 +350,7 @@ class MetricsSender:
         batch_size: int = 500,
         interval_s: float = 1.0,
     ) -> None:
-        self._api = api
+        super().__init__(api, interval_s=interval_s, batch=batch_size)
         # (sequence number, point): the number lets a sent batch be removed exactly even if
         # the deque dropped old points while the batch was in flight.
         self._buf: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(
@@ -263,14 +358,8 @@ class MetricsSender:
         )
         self._seq = 0
         self._progress: dict[str, Any] | None = None
-        self._batch_size = batch_size
-        self._interval_s = interval_s
-        self._cv = threading.Condition()
-        self._closing = False
-        self._flushing = 0  # callers waiting in flush(): send now, not after interval_s
         self.dropped = 0
         self.sent = 0
-        self.fenced = threading.Event()
         self._thread = threading.Thread(target=self._run, name="shunter-metrics", daemon=True)
         self._thread.start()
 
@@ -287,7 +376,7 @@ class MetricsSender:
                 self._buf.append((self._seq, point))
             if progress is not None:
                 self._progress = progress
-            if len(self._buf) >= self._batch_size:
+            if len(self._buf) >= self._batch:
                 self._cv.notify()
 
     def pending(self) -> int:
@@ -312,33 +401,26 @@ class MetricsSender:
                 self._buf.append((self._seq, {**point, "value": value}))
             self._cv.notify()
 
-    def _take(self) -> tuple[int, list[dict[str, Any]], dict[str, Any] | None]:
-        n = min(self._batch_size, len(self._buf))
+    _what = "metrics"
+
+    def _take(self) -> _Points | None:
+        """(last sequence number, points, progress): up to a batch of points."""
+        n = min(self._batch, len(self._buf))
+        if n == 0 and self._progress is None:
+            return None
         last = self._buf[n - 1][0] if n else 0
         return last, [self._buf[i][1] for i in range(n)], self._progress
 
-    def _send_once(self) -> bool:
-        """Send one batch; True when something was sent or nothing waited."""
-        with self._cv:
-            last_seq, batch, progress = self._take()
-        if not batch and progress is None:
-            return True
-        try:
-            self._api.metrics(batch, progress)
-        except AttemptFenced:
-            self.fenced.set()
-            return False
-        except ApiError as e:
-            log.warning("metrics batch not sent (will retry): %s", e)
-            return False
-        with self._cv:
-            while self._buf and self._buf[0][0] <= last_seq:
-                self._buf.popleft()
-            if self._progress is progress:
-                self._progress = None
-            self.sent += len(batch)
-            self._cv.notify_all()  # wakes flush() callers
-        return True
+    def _post(self, batch: _Points) -> None:
+        self._api.metrics(batch[1], batch[2])
+
+    def _sent(self, batch: _Points, reply: Any) -> None:
+        last_seq, points, progress = batch
+        while self._buf and self._buf[0][0] <= last_seq:
+            self._buf.popleft()
+        if self._progress is progress:
+            self._progress = None
+        self.sent += len(points)
 
     def flush(self, timeout_s: float = 30.0) -> bool:
         """Block until every point put before this call is delivered; False on timeout or
@@ -358,21 +440,9 @@ class MetricsSender:
                 self._flushing -= 1
         return not self.fenced.is_set()
 
-    def _run(self) -> None:
-        while not self.fenced.is_set():
-            with self._cv:
-                if not (self._closing or self._flushing) and len(self._buf) < self._batch_size:
-                    self._cv.wait(self._interval_s)
-                closing = self._closing
-            ok = self._send_once()
-            if closing and (not ok or not self._buf):
-                return
-
     def close(self, timeout_s: float = 30.0) -> None:
         """Flush what is buffered (best effort within ``timeout_s``) and stop the thread."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify()
+        self._close()
         self._thread.join(timeout_s)
 
 

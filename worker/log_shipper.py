@@ -11,21 +11,20 @@ are replaced by one marker line. ``close()`` flushes (bounded) and restores the 
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import threading
 import time
+from typing import Any
 
-from worker.internal_api import ApiError, AttemptFenced, InternalApi
+from worker.internal_api import BatchSender, InternalApi
 
 __all__ = ["LogShipper", "flush_installed"]
 
-log = logging.getLogger(__name__)
 _installed: LogShipper | None = None
 
 
-class LogShipper:
+class LogShipper(BatchSender[tuple[bytes, int]]):
     def __init__(
         self,
         api: InternalApi,
@@ -34,15 +33,10 @@ class LogShipper:
         batch_bytes: int = 256 * 1024,
         buffer_bytes: int = 8 * 1024 * 1024,
     ) -> None:
-        self._api = api
-        self._interval_s = interval_s
-        self._batch = batch_bytes
+        super().__init__(api, interval_s=interval_s, batch=batch_bytes)
         self._max = buffer_bytes
-        self._buf = bytearray()
+        self._buf: bytearray = bytearray()
         self._offset = 0  # stream offset of self._buf[0]
-        self._cv = threading.Condition()
-        self._closing = False
-        self.fenced = False
         self.dropped = 0
         self._saved: dict[int, int] = {}
         self._read_fd = -1
@@ -52,7 +46,7 @@ class LogShipper:
         """Start shipping; ``capture``: take over file descriptors 1 and 2 (the driver), else
         only what ``feed`` is given is shipped."""
         global _installed
-        workers = [(self._send, "shunter-log-send")]
+        workers = [(self._run, "shunter-log-send")]
         if capture:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -93,48 +87,34 @@ class LogShipper:
             if len(self._buf) >= self._batch:
                 self._cv.notify_all()
 
-    def _send_once(self) -> bool:
-        with self._cv:
-            data = bytes(self._buf[: self._batch])
-            offset = self._offset
-        if not data:
-            return True
-        try:
-            reply = self._api.request("POST", "logs", content=data, params={"offset": offset})
-        except AttemptFenced:
-            self.fenced = True
-            return False
-        except ApiError as e:
-            log.warning("log batch not sent (will retry): %s", e)
-            return False
-        with self._cv:
-            del self._buf[: len(data)]
-            # The server's length is the truth (it skips what it already has).
-            self._offset = int(reply["next_offset"]) if reply else offset + len(data)
-            self._cv.notify_all()
-        return True
+    _what = "log"
 
-    def _send(self) -> None:
-        while not self.fenced:
-            with self._cv:
-                if not self._closing and len(self._buf) < self._batch:
-                    self._cv.wait(self._interval_s)
-                closing = self._closing
-            ok = self._send_once()
-            if closing and (not ok or not self._buf):
-                return
+    def _take(self) -> tuple[bytes, int] | None:
+        """(bytes, their stream offset): up to a batch from the buffer's start."""
+        data = bytes(self._buf[: self._batch])
+        return (data, self._offset) if data else None
+
+    def _post(self, batch: tuple[bytes, int]) -> Any:
+        data, offset = batch
+        return self._api.request("POST", "logs", content=data, params={"offset": offset})
+
+    def _sent(self, batch: tuple[bytes, int], reply: Any) -> None:
+        data, offset = batch
+        del self._buf[: len(data)]
+        # The server's length is the truth (it skips what it already has).
+        self._offset = int(reply["next_offset"]) if reply else offset + len(data)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until everything fed so far is delivered; False on timeout or when fenced."""
         deadline = time.monotonic() + timeout_s
         with self._cv:
             self._cv.notify_all()
-            while self._buf and not self.fenced:
+            while self._buf and not self.fenced.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
                 self._cv.wait(min(left, 0.2))
-        return not self.fenced
+        return not self.fenced.is_set()
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Restore stdout/stderr, ship what is left (bounded), stop the threads."""
@@ -145,9 +125,7 @@ class LogShipper:
             os.dup2(saved, fd)  # the pipe's write ends close: the reader sees EOF
         for t in self._threads:  # the reader first (EOF), then the sender drains the rest
             if t.name == "shunter-log-send":
-                with self._cv:
-                    self._closing = True
-                    self._cv.notify_all()
+                self._close()
             t.join(timeout_s)
         for saved in self._saved.values():
             os.close(saved)

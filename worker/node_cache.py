@@ -23,10 +23,8 @@ nobody holds a lock while reading.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
@@ -36,6 +34,7 @@ from urllib.parse import quote
 import storage
 from trainer_core.fetch import Ranges
 from trainer_core.manifest import MANIFEST, blocks_of, parse_manifest
+from worker.file_lock import flocked
 
 __all__ = ["CachedCheckpoint", "fetch_dir"]
 
@@ -219,20 +218,9 @@ def _inside(root: Path, rel: str) -> Path:
 
 
 @contextmanager
-def _locked(path: Path, timeout_s: float, poll_s: float = 0.05) -> Iterator[None]:
-    """Hold an exclusive flock on ``path``; ``TimeoutError`` after ``timeout_s``."""
+def _locked(path: Path, timeout_s: float) -> Iterator[None]:
+    """Hold an exclusive flock on ``path`` (its folder made first); ``TimeoutError`` after
+    ``timeout_s``."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    deadline = time.monotonic() + timeout_s
-    with open(path, "a") as fh:
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"{path} was held for over {timeout_s:.0f}s") from None
-                time.sleep(poll_s)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with flocked(path, timeout_s):
+        yield

@@ -10,9 +10,10 @@ worker over the channel (``worker.warm.call``), so the child never imports Ray.
 from __future__ import annotations
 
 import socket
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 __all__ = ["InProcessRay", "RaySide", "RelayedRay", "WorkerContext", "worker_context"]
 
@@ -39,7 +40,10 @@ def worker_context() -> WorkerContext:
     )
 
 
-class RaySide(Protocol):
+class RaySide(ABC):
+    """The two calls, with their one signature; a side says only how a call is made
+    (``_do``: by name, with the arguments in order)."""
+
     def report(
         self,
         metrics: dict[str, Any],
@@ -50,23 +54,30 @@ class RaySide(Protocol):
     ) -> None:
         """``ray.train.report``; with ``checkpoint_dir``, registered in place (``upload``
         False) or uploaded by each node's local rank 0 (object storage)."""
-        ...
+        self._do("report", metrics, checkpoint_dir, upload, local_rank)
 
     def checkpoint(self, *, as_uri: bool) -> str | None:
         """Ray's newest checkpoint of this run: its local path, or its URI (``as_uri``)."""
-        ...
+        got = self._do("checkpoint", as_uri)
+        return str(got) if got is not None else None
+
+    @abstractmethod
+    def _do(self, name: str, *args: Any) -> Any:
+        """Make the call ``name`` (``report`` or ``checkpoint``) with ``args``."""
 
 
-class InProcessRay:
+class InProcessRay(RaySide):
     """The calls, made in this (the Ray worker) process."""
 
-    def report(
-        self,
-        metrics: dict[str, Any],
-        checkpoint_dir: str | None = None,
-        *,
-        upload: bool = False,
-        local_rank: int = 0,
+    def _do(self, name: str, *args: Any) -> Any:
+        if name == "report":
+            return self._report(*args)
+        if name == "checkpoint":
+            return self._checkpoint(*args)
+        raise ValueError(f"no such Ray call: {name!r}")
+
+    def _report(
+        self, metrics: dict[str, Any], checkpoint_dir: str | None, upload: bool, local_rank: int
     ) -> None:
         import ray.train
         from ray.train import CheckpointUploadMode
@@ -91,7 +102,7 @@ class InProcessRay:
             delete_local_checkpoint_after_upload=False,
         )
 
-    def checkpoint(self, *, as_uri: bool) -> str | None:
+    def _checkpoint(self, as_uri: bool) -> str | None:
         import ray.train
 
         ckpt = ray.train.get_checkpoint()
@@ -103,35 +114,19 @@ class InProcessRay:
 
         return storage.to_uri(ckpt.filesystem, ckpt.path)
 
-    def answer(self, request: tuple[str, tuple[Any, ...], dict[str, Any]]) -> Any:
+    def answer(self, request: tuple[str, tuple[Any, ...]]) -> Any:
         """A ``RelayedRay`` call, made here (``worker.warm.serve``'s handler)."""
-        name, args, kwargs = request
-        if name not in ("report", "checkpoint"):
-            raise ValueError(f"no such Ray call: {name!r}")
-        return getattr(self, name)(*args, **kwargs)
+        name, args = request
+        return self._do(name, *args)
 
 
-class RelayedRay:
+class RelayedRay(RaySide):
     """The calls, asked of the Ray worker that spawned this warm child."""
 
     def __init__(self, channel: socket.socket) -> None:
         self._channel = channel
 
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+    def _do(self, name: str, *args: Any) -> Any:
         from worker.warm import call
 
-        return call(self._channel, (name, args, kwargs))
-
-    def report(
-        self,
-        metrics: dict[str, Any],
-        checkpoint_dir: str | None = None,
-        *,
-        upload: bool = False,
-        local_rank: int = 0,
-    ) -> None:
-        self._call("report", metrics, checkpoint_dir, upload=upload, local_rank=local_rank)
-
-    def checkpoint(self, *, as_uri: bool) -> str | None:
-        got = self._call("checkpoint", as_uri=as_uri)
-        return str(got) if got is not None else None
+        return call(self._channel, (name, args))

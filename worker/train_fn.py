@@ -28,6 +28,8 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shunter.wire import attempt_identity
+
 if TYPE_CHECKING:
     from worker.inputs import NodeInputs
     from worker.ray_side import RaySide, WorkerContext
@@ -104,6 +106,7 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
     """One rank's training, wherever it runs; ``t0``: when the Ray worker entered the
     training function (rank 0's ``workers_up``)."""
     import logging
+    import time
     from datetime import UTC, datetime
 
     # trainer_core logs resume points and checkpoint problems at INFO; Ray's default is WARNING.
@@ -113,18 +116,17 @@ def run_training(config: dict[str, Any], ctx: WorkerContext, ray: RaySide, t0: f
     from shunter.jobspec import JobSpec
     from trainer_core import train
     from trainer_core.config import TrainConfig
+    from worker import startup_trace
     from worker.internal_api import InternalApi, MetricsSender, StopWatch
     from worker.phases import PhaseSender
     from worker.ray_reporter import RayReporter
 
     rank = ctx.rank
+    if startup_trace.enabled():  # bench/startup.py --trace: the set-up steps' times
+        startup_trace.mark(f"rank{rank}", "training_process", time.time())
+        startup_trace.install_in_trainer(rank)
     sender = stop_watch = phases = None
-    api = InternalApi(
-        api_url=os.environ["SHUNTER_API_URL"],
-        token=os.environ["SHUNTER_ATTEMPT_TOKEN"],
-        job_id=os.environ["SHUNTER_JOB_ID"],
-        attempt=int(os.environ["SHUNTER_ATTEMPT"]),
-    )
+    api = InternalApi(**attempt_identity(os.environ))
     _report_worker(api, ctx)
     if rank == 0:
         sender = MetricsSender(api)

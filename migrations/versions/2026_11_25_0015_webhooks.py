@@ -18,7 +18,7 @@ down_revision: str | None = "0014_sweeps_budgets"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Literal copies (a migration is history): service.db.models / shunter.jobspec.vocab.
+# Literal copies (a migration is history): service.db.tables / shunter.jobspec.vocab.
 _TYPES = (
     "('job.succeeded', 'job.failed', 'job.cancelled', 'job.preempted', 'job.hung', "
     "'job.diverged', 'job.straggler', 'job.checkpoint')"

@@ -19,13 +19,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.db.engine import Database
-from service.db.models import Team, Token, utcnow_py
-from service.errors import Forbidden, Unauthorized
+from service.db.tables import Team, Token, utcnow_py
+from service.errors import Forbidden, NotFound, Unauthorized
 
 __all__ = [
     "TOKEN_PREFIX",
@@ -41,6 +42,7 @@ __all__ = [
     "new_token_id",
     "require_admin",
     "require_writer",
+    "visible",
 ]
 
 TOKEN_PREFIX = "shn_"
@@ -70,6 +72,22 @@ class Principal:
 
     def sees_team(self, team: str) -> bool:
         return self.is_admin or team == self.team
+
+
+class _TeamRow(Protocol):
+    @property
+    def team(self) -> str: ...
+
+
+_Row = TypeVar("_Row", bound=_TeamRow)
+
+
+def visible(principal: Principal, row: _Row | None, what: str) -> _Row:
+    """``row`` when it exists and ``principal`` sees its team (its own; an admin, any); else
+    ``NotFound("<what> not found")``: another team's row is as absent as a missing one."""
+    if row is None or not principal.sees_team(row.team):
+        raise NotFound(f"{what} not found")
+    return row
 
 
 def new_token() -> str:

@@ -15,16 +15,16 @@ Before ``budget_starts`` nothing is counted and nothing is refused.
 from __future__ import annotations
 
 import calendar
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
-from service.db.models import Attempt, Job, Team
 from service.db.sqltime import as_utc
-from service.schemas import Budget, BudgetRead
+from service.db.tables import Attempt, Job, Team
+from service.schemas.teams import Budget, BudgetRead
 
 __all__ = [
     "BudgetState",
@@ -45,18 +45,22 @@ def usage_seconds(
     since: datetime | None,
     until: datetime,
     job_ids: Collection[str] | None = None,
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[float, float, int]:
     """(GPU-seconds, CPU-seconds, attempts) the team's attempts held in [since, until]
-    (only those of ``job_ids`` when given: a sweep's trials)."""
+    (only those of ``job_ids`` when given: a sweep's trials). ``weights``: per accelerator
+    type what a GPU-second on it counts (``SHUNTER_ACCELERATOR_TYPES``; an attempt of no
+    type or of a type not named counts 1)."""
     start = since or _EPOCH
     only = [] if job_ids is None else [Job.id.in_(list(job_ids))]
     rows = session.execute(
         select(
             Attempt.started_at,
             Attempt.ended_at,
-            Job.num_workers,
+            func.coalesce(Attempt.num_workers, Job.num_workers),  # elastic: per attempt
             Job.cpus_per_worker,
             Job.gpus_per_worker,
+            Attempt.accelerator,
         )
         .join(Job, Job.id == Attempt.job_id)
         .where(
@@ -67,11 +71,12 @@ def usage_seconds(
         )
     ).all()
     gpu_s = cpu_s = 0.0
-    for started, ended, workers, cpw, gpw in rows:
+    for started, ended, workers, cpw, gpw, accelerator in rows:
         lo = max(as_utc(started), start)
         hi = min(as_utc(ended) if ended is not None else until, until)
         seconds = max((hi - lo).total_seconds(), 0.0)
-        gpu_s += seconds * workers * gpw
+        weight = (weights or {}).get(accelerator or "", 1.0)
+        gpu_s += seconds * workers * gpw * weight
         cpu_s += seconds * workers * cpw
     return gpu_s, cpu_s, len(rows)
 
@@ -125,15 +130,20 @@ class BudgetState:
         )
 
 
-def budget_read(session: Session, team: Team, *, now: datetime) -> BudgetRead | None:
-    """The team's budget and its current period's use; None when it has no budget."""
+def budget_read(
+    session: Session, team: Team, *, now: datetime, weights: Mapping[str, float] | None = None
+) -> BudgetRead | None:
+    """The team's budget and its current period's use (GPU-hours weighted per accelerator
+    type by ``weights``); None when it has no budget."""
     if team.budget_period is None or team.budget_starts is None:
         return None
     lo, hi = current_period(period=team.budget_period, starts=team.budget_starts, now=now)
     if now < lo:  # not in force yet
         gpu_s = cpu_s = 0.0
     else:
-        gpu_s, cpu_s, _ = usage_seconds(session, team=team.name, since=lo, until=now)
+        gpu_s, cpu_s, _ = usage_seconds(
+            session, team=team.name, since=lo, until=now, weights=weights
+        )
     gpu_h, cpu_h = gpu_s / 3600, cpu_s / 3600
     gpu_left = None if team.budget_gpu_hours is None else team.budget_gpu_hours - gpu_h
     cpu_left = None if team.budget_cpu_hours is None else team.budget_cpu_hours - cpu_h
@@ -153,12 +163,18 @@ def budget_read(session: Session, team: Team, *, now: datetime) -> BudgetRead | 
     )
 
 
-def budget_state(session: Session, *, team: str, now: datetime | None = None) -> BudgetState | None:
+def budget_state(
+    session: Session,
+    *,
+    team: str,
+    now: datetime | None = None,
+    weights: Mapping[str, float] | None = None,
+) -> BudgetState | None:
     """The team's budget now (None: no budget, or no such team)."""
     row = session.get(Team, team)
     if row is None:
         return None
-    read = budget_read(session, row, now=now or datetime.now(UTC))
+    read = budget_read(session, row, now=now or datetime.now(UTC), weights=weights)
     return None if read is None else BudgetState(read=read)
 
 

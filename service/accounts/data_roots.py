@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, require_admin
 from service.db.engine import Database
-from service.db.models import Team, TeamDataRoot
+from service.db.tables import Team, TeamDataRoot
 from service.errors import NotFound, Unprocessable
 
 __all__ = ["add_root", "list_roots", "remove_root", "roots_for"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from sqlalchemy import select
@@ -11,9 +12,10 @@ from sqlalchemy.orm import Session
 from service.accounts.auth import Principal, hash_token, new_token, new_token_id, require_admin
 from service.accounts.budgets import apply_budget, budget_read, usage_seconds
 from service.db.engine import Database
-from service.db.models import Team, Token, utcnow_py
+from service.db.rows import from_row
+from service.db.tables import Team, Token, utcnow_py
 from service.errors import Conflict, NotFound, Unprocessable
-from service.schemas import (
+from service.schemas.teams import (
     Quota,
     TeamCreate,
     TeamPatch,
@@ -37,18 +39,19 @@ __all__ = [
 ]
 
 
-def _team_read(t: Team, session: Session | None = None) -> TeamRead:
-    """The team; with a session, its budget and the current period's use too."""
-    quota = None
-    if t.max_gpus is not None or t.max_cpus is not None or t.max_running_jobs is not None:
-        quota = Quota(max_gpus=t.max_gpus, max_cpus=t.max_cpus, max_running_jobs=t.max_running_jobs)
-    return TeamRead(
-        name=t.name,
-        quota=quota,
-        weight=t.weight,
-        max_priority=t.max_priority,
-        created_at=t.created_at,
-        budget=None if session is None else budget_read(session, t, now=datetime.now(UTC)),
+def _team_read(
+    t: Team, session: Session | None = None, weights: Mapping[str, float] | None = None
+) -> TeamRead:
+    """The team; with a session, its budget and the current period's use too (GPU-hours
+    weighted per accelerator type by ``weights``)."""
+    quota = from_row(Quota, t, max_gpus_by_type=t.max_gpus_by_type or None)
+    return from_row(
+        TeamRead,
+        t,
+        quota=quota if quota.model_dump(exclude_none=True) else None,  # none set: no quota
+        budget=None
+        if session is None
+        else budget_read(session, t, now=datetime.now(UTC), weights=weights),
     )
 
 
@@ -62,11 +65,8 @@ def create_team(db: Database, *, principal: Principal, body: TeamCreate) -> Team
         team = Team(
             name=body.name,
             weight=body.weight,
-            max_gpus=q.max_gpus,
-            max_cpus=q.max_cpus,
-            max_running_jobs=q.max_running_jobs,
+            **q.model_dump(),  # the quota's columns: max_gpus, max_cpus, ...
             max_priority=body.max_priority,
-            created_at=utcnow_py(),
         )
         session.add(team)
         session.flush()
@@ -78,7 +78,14 @@ def create_team(db: Database, *, principal: Principal, body: TeamCreate) -> Team
         raise Conflict(f"team {body.name!r} already exists") from None
 
 
-def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch) -> TeamRead:
+def patch_team(
+    db: Database,
+    *,
+    principal: Principal,
+    name: str,
+    body: TeamPatch,
+    weights: Mapping[str, float] | None = None,
+) -> TeamRead:
     """Change a team's weight, quota fields, max_priority and budget (admin); the scheduler
     reads teams every tick, so the change applies on its next tick; a budget applies to the
     next submit."""
@@ -98,22 +105,30 @@ def patch_team(db: Database, *, principal: Principal, name: str, body: TeamPatch
         if "budget" in body.model_fields_set:  # null removes it
             apply_budget(team, body.budget, now=datetime.now(UTC))
         session.flush()
-        return _team_read(team, session)
+        return _team_read(team, session, weights)
 
     return db.write(_patch)
 
 
 def team_usage(
-    session: Session, *, principal: Principal, name: str, since: datetime | None, until: datetime
+    session: Session,
+    *,
+    principal: Principal,
+    name: str,
+    since: datetime | None,
+    until: datetime,
+    weights: Mapping[str, float] | None = None,
 ) -> TeamUsageRead:
     """GPU- and CPU-seconds the team's attempts held in [since, until] (default: all time),
-    and its budget's current period (used and left). Members and viewers see only their own
-    team."""
+    and its budget's current period (used and left); GPU-seconds weighted per accelerator
+    type by ``weights``. Members and viewers see only their own team."""
     team = session.get(Team, name)
     if not principal.sees_team(name) or team is None:
         raise NotFound(f"team {name!r} not found")
     start = since or datetime(1970, 1, 1, tzinfo=UTC)
-    gpu_s, cpu_s, attempts = usage_seconds(session, team=name, since=start, until=until)
+    gpu_s, cpu_s, attempts = usage_seconds(
+        session, team=name, since=start, until=until, weights=weights
+    )
     return TeamUsageRead(
         team=name,
         since=start,
@@ -122,15 +137,17 @@ def team_usage(
         cpu_seconds=round(cpu_s, 3),
         attempts=attempts,
         owed_share_seconds=round(team.owed_s, 3),
-        budget=budget_read(session, team, now=until),
+        budget=budget_read(session, team, now=until, weights=weights),
     )
 
 
-def list_teams(session: Session, *, principal: Principal) -> TeamsPage:
+def list_teams(
+    session: Session, *, principal: Principal, weights: Mapping[str, float] | None = None
+) -> TeamsPage:
     q = select(Team).order_by(Team.name)
     if not principal.is_admin:
         q = q.where(Team.name == principal.team)
-    return TeamsPage(data=[_team_read(t, session) for t in session.execute(q).scalars()])
+    return TeamsPage(data=[_team_read(t, session, weights) for t in session.execute(q).scalars()])
 
 
 def issue_token(db: Database, *, principal: Principal, body: TokenCreate) -> TokenCreated:
@@ -149,7 +166,6 @@ def issue_token(db: Database, *, principal: Principal, body: TokenCreate) -> Tok
             team=body.team,
             role=body.role,
             name=body.name,
-            created_at=utcnow_py(),
         )
         session.add(tok)
         session.flush()

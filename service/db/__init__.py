@@ -1,7 +1,7 @@
 """Database layer: models, engine/transaction runner, database-clock expressions, migrations."""
 
 from service.db.engine import Database, make_engine
-from service.db.models import (
+from service.db.tables import (
     Attempt,
     Base,
     Checkpoint,

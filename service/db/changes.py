@@ -45,7 +45,7 @@ from sqlalchemy import Select, or_, select, text, union
 from sqlalchemy.orm import Session
 
 from service.db.engine import Database
-from service.db.models import Attempt, Job
+from service.db.tables import Attempt, Job
 
 __all__ = ["ChangeCursor", "Changes", "KeptRows", "Watermark", "changed_jobs", "consistent"]
 

@@ -29,7 +29,7 @@ def as_utc(t: None) -> None: ...
 def as_utc(t: datetime | None) -> datetime | None: ...
 def as_utc(t: datetime | None) -> datetime | None:
     """A time read back from the database as an aware UTC one: SQLite returns naive
-    datetimes, and they are UTC (``service.db.models``). None stays None."""
+    datetimes, and they are UTC (``service.db.tables``). None stays None."""
     if t is None or t.tzinfo is not None:
         return t
     return t.replace(tzinfo=UTC)

@@ -12,8 +12,8 @@ from sqlalchemy import select
 
 from service.accounts.auth import Principal, require_admin
 from service.db.engine import Database
-from service.db.models import Job
 from service.db.sqltime import as_utc
+from service.db.tables import Job
 from service.errors import Conflict, NotFound
 from service.housekeeping.retention import JobAge, expired
 from service.jobs.delete import delete_job

@@ -13,7 +13,6 @@ from service.accounts.auth import Principal, TokenCache, bearer_hash, lookup_pri
 from service.accounts.data_roots import roots_for
 from service.db.engine import Database
 from service.db.paging import clamp_limit
-from service.jobs.hub import policy_from_settings
 from service.jobs.phases import PhaseMark
 from service.jobs.submit import SubmitContext
 from service.launch import Launcher
@@ -41,7 +40,11 @@ class AppState:
             # A process whose scheduler ticks refreshes every tick; one without re-reads a
             # view older than a few ticks on demand.
             max_age = max(5.0, 3 * float(self.settings.scheduler_interval_s))
-            self.cluster_view = ClusterView(self.need_launcher(), max_age_s=max_age)
+            self.cluster_view = ClusterView(
+                self.need_launcher(),
+                max_age_s=max_age,
+                node_types=self.settings.node_group_accelerators,
+            )
         return self.cluster_view
 
     def wake_scheduler(self) -> None:
@@ -97,19 +100,11 @@ async def submit_context(st: StateDep, user: CurrentUser) -> SubmitContext:
     is fresh: ``scheduler.cluster_view``), the Hub policy and the admin flags."""
     team_roots = await run_in_threadpool(lambda: st.db.read(lambda s: roots_for(s, team=user.team)))
     seen = await run_in_threadpool(st.clusters().seen)
-    return SubmitContext(
-        data_roots=[*st.settings.data_roots, *team_roots],
-        storage=st.settings.storage,
-        cluster=seen.cluster,
-        cluster_note=(
-            f"the cluster as last read {seen.age_s:.0f} s ago; reading it now fails"
-            if seen.error and seen.age_s is not None
-            else None
-        ),
-        ecosystem=policy_from_settings(st.settings),
-        allow_pickle_weights=st.settings.allow_pickle_weights,
-        gpu_memory_bytes=st.settings.gpu_memory_bytes,
-        data_buckets=tuple(st.settings.data_buckets),
+    note = None
+    if seen.error and seen.age_s is not None:
+        note = f"the cluster as last read {seen.age_s:.0f} s ago; reading it now fails"
+    return SubmitContext.from_settings(
+        st.settings, team_roots=team_roots, cluster=seen.cluster, cluster_note=note
     )
 
 

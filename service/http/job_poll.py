@@ -32,6 +32,7 @@ from starlette.types import Receive, Scope, Send
 
 from service.accounts.auth import bearer_hash
 from service.errors import ServiceError
+from service.http.asgi_reply import send_json
 from service.jobs import queries as jobs
 
 __all__ = ["JobPollMiddleware"]
@@ -88,15 +89,5 @@ class JobPollMiddleware:
             return False
         body = job.model_dump_json().encode()
         scope["route"] = _RouteLabel
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 200, body)
         return True

@@ -9,30 +9,23 @@ asked for), ``end`` once the job is terminal and its output has stopped growing.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 
 from service.accounts.auth import Principal
 from service.http.deps import AppState
+from service.http.sse import client_left, keepalive, sse_frame
 from service.jobs import logs as job_logs
 from service.jobs.states import TERMINAL, JobStatus
-from service.schemas import LogsRead
+from service.schemas.jobs import LogsRead
 
 __all__ = ["follow"]
 
-_KEEPALIVE_S = 15.0
 _SETTLE_S = 3.0  # a finished job's driver ships its last lines within this
-
-
-def _sse(event: str, data: Any, event_id: int | None = None) -> str:
-    head = f"id: {event_id}\n" if event_id is not None else ""
-    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
 def _poll(
@@ -81,19 +74,18 @@ async def follow(
                 "text": page.text,
                 "truncated": page.truncated,
             }
-            yield _sse("log", data, event_id=page.next_offset)
+            yield sse_frame("log", data, event_id=page.next_offset)
             if page.next_offset < page.size:
                 continue  # more backlog: no sleep
         if not pinned and current and attempt is not None and current != attempt:
             attempt, offset = current, 0
-            yield _sse("attempt", {"attempt": current})
+            yield sse_frame("attempt", {"attempt": current})
             continue
         if JobStatus(status) in TERMINAL and time.monotonic() - last_growth > _SETTLE_S:
-            yield _sse("end", {"status": status, "attempt": attempt, "next_offset": offset})
+            yield sse_frame("end", {"status": status, "attempt": attempt, "next_offset": offset})
             return
-        if time.monotonic() - last_sent > _KEEPALIVE_S:
-            last_sent = time.monotonic()
-            yield ": keepalive\n\n"
-        if await request.is_disconnected():
+        ping, last_sent = keepalive(last_sent)
+        if ping:
+            yield ping
+        if await client_left(request, st):
             return
-        await anyio.sleep(st.settings.sse_poll_seconds)

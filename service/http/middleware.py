@@ -14,6 +14,8 @@ from typing import Any
 
 from prometheus_client import Counter, Histogram
 
+from service.http.asgi_reply import send_json
+
 __all__ = [
     "BodyLimitMiddleware",
     "RateLimitMiddleware",
@@ -115,19 +117,7 @@ class BodyLimitMiddleware:
 
     async def _reject(self, receive: Any, send: Any, limit: int) -> None:
         await _drain(receive, max_bytes=self.drain_bytes, seconds=self.drain_seconds)
-        body = _too_large(limit)
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await send_json(send, 413, _too_large(limit), headers=[(b"connection", b"close")])
 
 
 class RequestMetricsMiddleware:
@@ -293,15 +283,4 @@ async def _send_429(send: Any, retry_after: int) -> None:
             "(SHUNTER_RATE_LIMIT_PER_MINUTE / SHUNTER_RATE_LIMIT_BURST)",
         }
     ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 429,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"retry-after", str(retry_after).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await send_json(send, 429, body, headers=[(b"retry-after", str(retry_after).encode())])

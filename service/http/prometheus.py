@@ -8,12 +8,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import func, select
 
 from service.db.engine import Database
-from service.db.models import JOB_STATUSES, Event, Job
 from service.http.scheduling_metrics import SchedulingCollector
+from service.jobs import counts
 from service.jobs.phases import PhaseMark
+from shunter.jobspec.vocab import EventType
 
 __all__ = ["AppMetrics", "build_metrics"]
 
@@ -25,21 +25,22 @@ class _JobsByStatus(Collector):
         self.db = db
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        counts = dict.fromkeys(JOB_STATUSES, 0)
-        rows = self.db.read(
-            lambda s: s.execute(select(Job.status, func.count()).group_by(Job.status)).all()
-        )
-        for status, n in rows:
-            counts[status] = int(n)
+        by_status = self.db.read(counts.jobs_by_status)
         fam = GaugeMetricFamily("shunter_jobs", "Jobs by status", labels=["status"])
-        for status, n in counts.items():
+        for status, n in by_status.items():
             fam.add_metric([status], n)
         yield fam
 
 
 # Event types the training loop's divergence guard causes (service.jobs.attempts), and the
-# service's hang watch (service.jobs.hang) and straggler watch (service.jobs.straggler).
-_HEALTH_EVENT_TYPES = ("step_skipped", "rolled_back", "hung", "straggler", "throughput_dropped")
+# service's hang watch (service.health.hang) and straggler watch (service.health.straggler).
+_HEALTH_EVENT_TYPES = (
+    EventType.STEP_SKIPPED,
+    EventType.ROLLED_BACK,
+    EventType.HUNG,
+    EventType.STRAGGLER,
+    EventType.THROUGHPUT_DROPPED,
+)
 
 
 class _TrainingHealth(Collector):
@@ -52,21 +53,14 @@ class _TrainingHealth(Collector):
         self.db = db
 
     def collect(self) -> Iterator[CounterMetricFamily]:
-        rows = self.db.read(
-            lambda s: s.execute(
-                select(Event.type, func.count())
-                .where(Event.type.in_(_HEALTH_EVENT_TYPES))
-                .group_by(Event.type)
-            ).all()
-        )
-        counts = dict.fromkeys(_HEALTH_EVENT_TYPES, 0) | {t: int(n) for t, n in rows}
+        by_type = self.db.read(lambda s: counts.event_counts(s, _HEALTH_EVENT_TYPES))
         fam = CounterMetricFamily(
             "shunter_training_health_events",
             "Steps skipped and rollbacks made by the divergence guard; hangs, stragglers and "
             "throughput drops caught",
             labels=["type"],
         )
-        for kind, n in counts.items():
+        for kind, n in by_type.items():
             fam.add_metric([kind], n)
         yield fam
 

@@ -27,14 +27,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, bearer_hash, lookup_principal
-from service.db.models import MetricPoint
+from service.db.tables import MetricPoint
 from service.errors import Unauthorized
 from service.http.deps import AppState, CurrentUser, StateDep
 from service.jobs.queries import visible_job
 from service.jobs.states import TERMINAL, JobStatus
-from service.schemas import MetricRead
+from service.schemas.jobs import MetricRead
 
-__all__ = ["router"]
+__all__ = ["client_left", "keepalive", "router", "sse_frame"]
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 _BATCH = 500
@@ -42,9 +42,26 @@ _KEEPALIVE_S = 15.0
 _LOCK = threading.Lock()  # guards the per-token stream counts in AppState.extras
 
 
-def _sse(event: str, data: Any, event_id: int | None = None) -> str:
+def sse_frame(event: str, data: Any, event_id: int | None = None) -> str:
+    """One server-sent event frame (this module's streams and ``log_stream``'s)."""
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+
+
+def keepalive(last_sent: float) -> tuple[str | None, float]:
+    """A comment frame when the stream has been quiet past ``_KEEPALIVE_S`` (proxies close
+    idle streams), and the time the stream last sent something."""
+    if time.monotonic() - last_sent > _KEEPALIVE_S:
+        return ": keepalive\n\n", time.monotonic()
+    return None, last_sent
+
+
+async def client_left(request: Request, st: AppState) -> bool:
+    """True when the client is gone; else wait one poll interval first."""
+    if await request.is_disconnected():
+        return True
+    await anyio.sleep(st.settings.sse_poll_seconds)
+    return False
 
 
 def _poll(
@@ -103,7 +120,7 @@ async def _events(
     # The slot is taken here, not in the route: a generator that never starts (the client
     # left first) then never holds one.
     if not _take_slot(st, token_hash):
-        yield _sse("error", {"message": "too many concurrent streams for this token"})
+        yield sse_frame("error", {"message": "too many concurrent streams for this token"})
         return
     try:
         async for chunk in _stream(request, st, user, job_id, after, token_hash):
@@ -124,28 +141,27 @@ async def _stream(
             try:  # the database, not the cache: a revoke elsewhere counts
                 await run_in_threadpool(lookup_principal, st.db, st.tokens, token_hash)
             except Unauthorized:
-                yield _sse("error", {"message": "token revoked"})
+                yield sse_frame("error", {"message": "token revoked"})
                 return
         status, points = await run_in_threadpool(_read, st, user, job_id, after)
         if status != last_status:
             last_status = status
-            yield _sse("status", status)
+            yield sse_frame("status", status)
         for p in points:
             after = p.id
-            yield _sse("metric", p.model_dump(mode="json"), event_id=p.id)
+            yield sse_frame("metric", p.model_dump(mode="json"), event_id=p.id)
         if points:
             last_sent = time.monotonic()
         if JobStatus(status["status"]) in TERMINAL and len(points) < _BATCH:
-            yield _sse("end", {"status": status["status"]})
+            yield sse_frame("end", {"status": status["status"]})
             return
         if len(points) == _BATCH:
             continue  # more backlog: no sleep
-        if time.monotonic() - last_sent > _KEEPALIVE_S:
-            last_sent = time.monotonic()
-            yield ": keepalive\n\n"
-        if await request.is_disconnected():
+        ping, last_sent = keepalive(last_sent)
+        if ping:
+            yield ping
+        if await client_left(request, st):
             return
-        await anyio.sleep(st.settings.sse_poll_seconds)
 
 
 @router.get(

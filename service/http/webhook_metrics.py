@@ -8,10 +8,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
 
 from service.db.engine import Database
-from service.db.models import DELIVERY_STATUSES, WebhookDelivery, WebhookEndpoint
+from service.webhooks import counts
 
 __all__ = ["WebhookCollector"]
 
@@ -21,24 +20,18 @@ class WebhookCollector(Collector):
         self.db = db
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        state = case((WebhookEndpoint.disabled_at.is_(None), "enabled"), else_="disabled")
         deliveries, endpoints = self.db.read(
-            lambda s: (
-                s.execute(
-                    select(WebhookDelivery.status, func.count()).group_by(WebhookDelivery.status)
-                ).all(),
-                s.execute(select(state, func.count()).group_by(state)).all(),
-            )
+            lambda s: (counts.delivery_counts(s), counts.endpoint_counts(s))
         )
         fam = GaugeMetricFamily(
             "shunter_webhook_deliveries", "Webhook deliveries by status", labels=["status"]
         )
-        for status, n in (dict.fromkeys(DELIVERY_STATUSES, 0) | dict(deliveries)).items():
+        for status, n in deliveries.items():
             fam.add_metric([status], int(n))
         yield fam
         fam = GaugeMetricFamily(
             "shunter_webhook_endpoints", "Webhook endpoints by state", labels=["state"]
         )
-        for name, n in ({"enabled": 0, "disabled": 0} | dict(endpoints)).items():
+        for name, n in endpoints.items():
             fam.add_metric([name], int(n))
         yield fam

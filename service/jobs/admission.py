@@ -27,7 +27,7 @@ from service.jobs.paths import (
 )
 from service.jobs.resources import resource_errors as resource_errors
 from shunter.jobspec import FieldError, JobSpec, SpecError, check, fill_defaults
-from shunter.jobspec.models import is_store_ref
+from shunter.jobspec.spec import is_store_ref
 from shunter.jobspec.topology import model_type_from_name, tp_model_error
 
 __all__ = ["resource_errors", "validate_spec"]

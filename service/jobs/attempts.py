@@ -8,45 +8,39 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import hash_token
-from service.db.models import Attempt, Checkpoint, Event, Job, MetricPoint, utcnow_py
 from service.db.sqltime import as_utc
+from service.db.tables import Attempt, Checkpoint, Event, Job, MetricPoint, utcnow_py
 from service.errors import Unauthorized
+from service.jobs.attempt_loss import RETRYABLE_ERRORS, lose_attempt
+from service.jobs.checkpoint_now import finish_preempted, stop_request
 from service.jobs.confine import confined
-from service.jobs.loss import RETRYABLE_ERRORS, lose_attempt
 from service.jobs.phases import PhaseMark, record_phase
-from service.jobs.preemption import finish_preempted, stop_request
 from service.jobs.states import ErrorInfo, JobStatus, fence_attempt, heartbeat, transition
-from service.jobs.straggler import (
-    CordonPolicy,
-    cordoned_nodes,
-    is_window_point,
-    judge_window,
-    window_points,
-)
-from service.jobs.straggler_rule import complete
-from service.launch import StackTarget
-from service.schemas import (
+from service.schemas.internal import (
     CheckpointIn,
-    CheckpointRead,
     HeartbeatOut,
     InternalSpec,
-    JobError,
     MetricsAccepted,
     MetricsIn,
     RestartIn,
     StatusIn,
 )
+from service.schemas.jobs import CheckpointRead, JobError
+from service.webhooks.events import WebhookEvent
 from service.webhooks.outbox import enqueue_in
-from shunter.jobspec.models import StragglerSpec
+from shunter.jobspec.elastic import stored_at_width
+from shunter.jobspec.vocab import EventType
 
 __all__ = [
+    "StoredMetrics",
     "add_checkpoint",
     "add_metrics",
     "add_restart",
@@ -71,19 +65,31 @@ def check_attempt_token(session: Session, *, token: str | None, job_id: str, att
 
 
 def attempt_spec(
-    session: Session, *, job_id: str, attempt: int, lease_seconds: float
+    session: Session,
+    *,
+    job_id: str,
+    attempt: int,
+    lease_seconds: float,
+    avoid_nodes: Callable[[Session], list[str]] = lambda _s: [],
 ) -> InternalSpec:
+    """The spec the driver of ``attempt`` runs; ``avoid_nodes``: the nodes it must not use
+    (the cordons, ``service.health.cordons``), read after the fence."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
     job = session.get(Job, job_id)
     assert job is not None
+    width = session.execute(
+        select(Attempt.num_workers).where(Attempt.job_id == job_id, Attempt.number == attempt)
+    ).scalar_one_or_none()
     return InternalSpec(
         job_id=job.id,
         attempt=attempt,
-        spec=job.spec,
+        # An elastic job's attempt runs the rigid spec at its width (accumulation re-derived:
+        # the same global batch at every width; shunter.jobspec.elastic).
+        spec=stored_at_width(job.spec, width),
         output_dir=str(job.spec["training"]["output_dir"]),
         resume_from=job.resume_from,
         runtime_used_s=_runtime_used(session, job_id=job_id, before=attempt),
-        avoid_nodes=sorted(cordoned_nodes(session, now=utcnow_py())),
+        avoid_nodes=avoid_nodes(session),
         inputs=job.inputs or {},
     )
 
@@ -152,13 +158,7 @@ def report_status(
         if body.versions is not None:
             _record_run(session, job_id=job_id, attempt=attempt, versions=body.versions)
         if status == S.STARTING:
-            transition(
-                session,
-                job_id=job_id,
-                to=S.RUNNING,
-                event_type="running",
-                message=f"attempt {attempt} running",
-            )
+            transition(session, job_id=job_id, to=S.RUNNING, message=f"attempt {attempt} running")
         return None
     if status == S.CANCELLING:
         msg = f"attempt {attempt} ended ({body.status}) after a cancel request"
@@ -166,7 +166,6 @@ def report_status(
             session,
             job_id=job_id,
             to=S.CANCELLED,
-            event_type="cancelled",
             message=msg,
             error=ErrorInfo(type="cancelled", message=msg),
         )
@@ -181,7 +180,6 @@ def report_status(
             session,
             job_id=job_id,
             to=S.SUCCEEDED,
-            event_type="succeeded",
             message=f"attempt {attempt} succeeded",
             values={"final_model_uri": final_uri},
         )
@@ -201,7 +199,6 @@ def report_status(
         session,
         job_id=job_id,
         to=S.FAILED,
-        event_type="failed",
         message=f"attempt {attempt} failed: {err.type}",
         error=ErrorInfo(type=err.type, message=err.message),
         values={"final_model_uri": final_uri},
@@ -234,20 +231,20 @@ def _finite(value: Any) -> Any:
     return value
 
 
+@dataclass(frozen=True)
+class StoredMetrics:
+    """What one batch stored: the reply, and the (name, step) points new in this batch (a
+    retried batch has none), which the health watches judge (``service.health.watch``)."""
+
+    accepted: MetricsAccepted
+    new: frozenset[tuple[str, int]]
+
+
 def add_metrics(
-    session: Session,
-    *,
-    job_id: str,
-    attempt: int,
-    body: MetricsIn,
-    lease_seconds: float,
-    nodes: Callable[[], list[StackTarget]] = list,
-    cordon: CordonPolicy | None = None,
-) -> MetricsAccepted:
+    session: Session, *, job_id: str, attempt: int, body: MetricsIn, lease_seconds: float
+) -> StoredMetrics:
     """Store a batch; a point already stored for (job, attempt, step, name) is ignored, so a
-    retried batch is harmless. Updates ``progress`` and ``latest_metrics``. A window of
-    per-rank step times stored for the first time is judged (``service.jobs.straggler``;
-    ``nodes``: where each rank runs, read only when a rank straggles)."""
+    retried batch is harmless. Updates ``progress`` and ``latest_metrics``."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
     now = utcnow_py()
     rows = [
@@ -263,7 +260,7 @@ def add_metrics(
         if p.finite
     ]
     skipped = len(body.points) - len(rows)
-    accepted = 0
+    new: frozenset[tuple[str, int]] = frozenset()
     if rows:
         stmt = (
             _insert(session, MetricPoint)
@@ -272,32 +269,11 @@ def add_metrics(
             .returning(MetricPoint.name, MetricPoint.step)
         )
         # Count what RETURNING gives back: rowcount of a multi-row upsert is not portable.
-        inserted = session.execute(stmt).all()
-        accepted = len(inserted)
-        _health_events(session, job_id, attempt, body, {(r[0], r[1]) for r in inserted})
+        new = frozenset((r[0], r[1]) for r in session.execute(stmt).all())
     values: dict[str, Any] = {"updated_at": now}
-    job = session.get(Job, job_id)
-    assert job is not None
-    windows = sorted({r[1] for r in inserted if is_window_point(r[0])}) if rows else []
-    if windows:  # new windows only: a retried batch judges nothing twice
-        health = (job.spec or {}).get("health") or {}
-        spec = StragglerSpec.model_validate(health.get("straggler") or {})
-        for step in windows:
-            points = window_points(session, job_id=job_id, attempt=attempt, step=step)
-            if not complete(points):
-                continue  # the rest of the window comes in a later batch, which judges it
-            judge_window(
-                session,
-                job_id=job_id,
-                attempt=attempt,
-                step=step,
-                points=points,
-                spec=spec,
-                nodes=nodes,
-                cordon=cordon or CordonPolicy(),
-                now=now,
-            )
     if rows:
+        job = session.get(Job, job_id)
+        assert job is not None
         latest: dict[str, Any] = dict(job.latest_metrics or {})
         for p in sorted((p for p in body.points if p.finite), key=lambda p: p.step):
             if p.step >= int(latest.get("step", -1)):
@@ -316,45 +292,7 @@ def add_metrics(
         .values(**values)
         .execution_options(synchronize_session=False)
     )
-    return MetricsAccepted(accepted=accepted, skipped_non_finite=skipped)
-
-
-# The divergence guard's metrics (trainer_core.health) -> one event each, written only when the
-# point is new, so a retried batch writes no second event.
-HEALTH_EVENTS = {"health_skipped_steps": "step_skipped", "health_rollbacks": "rolled_back"}
-
-
-def _health_events(
-    session: Session, job_id: str, attempt: int, body: MetricsIn, new: set[tuple[str, int]]
-) -> None:
-    by_step: dict[int, dict[str, float]] = {}
-    for p in body.points:
-        by_step.setdefault(p.step, {})[p.name] = p.value
-    for name, step in sorted(new, key=lambda n: n[1]):
-        if name not in HEALTH_EVENTS:
-            continue
-        at = by_step.get(step, {})
-        if name == "health_skipped_steps":
-            message = (
-                f"step {step} skipped (optimizer step not taken): loss "
-                f"{_num(at.get('health_skipped_loss'))}, grad norm "
-                f"{_num(at.get('health_skipped_grad_norm'))}; {int(at[name])} skipped so far"
-            )
-        else:
-            message = (
-                f"rollback {int(at[name])} at step {step}: back to the checkpoint of step "
-                f"{_num(at.get('health_rollback_to_step'))}, the data since skipped, seed now "
-                f"{_num(at.get('health_seed'))}"
-            )
-        session.add(
-            Event(job_id=job_id, type=HEALTH_EVENTS[name], message=message, attempt=attempt)
-        )
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return "?"
-    return f"{value:.6g}" if math.isfinite(value) else str(value)
+    return StoredMetrics(MetricsAccepted(accepted=len(new), skipped_non_finite=skipped), new)
 
 
 def add_checkpoint(
@@ -386,14 +324,13 @@ def add_checkpoint(
     ).scalar_one()
     read = CheckpointRead.model_validate(ckpt)
     if new:  # no event row for a checkpoint: queue its webhook here, once
-        enqueue_in(
-            session,
-            job_id=job_id,
-            event_key=f"checkpoint-{attempt}-{body.step}",
+        webhook = WebhookEvent(
             type_="job.checkpoint",
+            event_key=f"checkpoint-{attempt}-{body.step}",
             created_at=utcnow_py(),
             extra={"checkpoint": {"attempt": attempt, "step": body.step}},
         )
+        enqueue_in(session, job_id=job_id, webhook=webhook)
     job = session.get(Job, job_id)
     assert job is not None
     current = job.latest_checkpoint or {}
@@ -407,13 +344,31 @@ def add_checkpoint(
     return read
 
 
+def _restart_events(session: Session, job_id: str, attempt: int) -> int:
+    return int(
+        session.execute(
+            select(func.count())
+            .select_from(Event)
+            .where(
+                Event.job_id == job_id,
+                Event.attempt == attempt,
+                Event.type == "worker_restarted",
+            )
+        ).scalar_one()
+    )
+
+
 def add_restart(
     session: Session, *, job_id: str, attempt: int, body: RestartIn, lease_seconds: float
 ) -> None:
     """Ray Train restarted the worker group inside this attempt: count it (``jobs.restarts``,
     bounded by ``spec.max_restarts``) and write an event naming the lost worker and the step
-    the new group resumed from."""
+    the new group resumed from. Idempotent by ``body.seq``: a report whose number this
+    attempt already has an event for (a re-sent or replayed post) writes nothing; the row
+    lock ``fence_attempt`` takes orders two concurrent repeats."""
     fence_attempt(session, job_id=job_id, attempt=attempt, lease_seconds=lease_seconds)
+    if body.seq is not None and _restart_events(session, job_id, attempt) >= body.seq:
+        return
     count = session.execute(
         update(Job)
         .where(Job.id == job_id)
@@ -428,7 +383,7 @@ def add_restart(
     session.add(
         Event(
             job_id=job_id,
-            type="worker_restarted",
+            type=EventType.WORKER_RESTARTED,
             message=(
                 f"restart {count[0]}/{limit} in attempt {attempt}: {lost}{where} lost "
                 f"({body.cause[:1000]}); the worker group resumed from {start}"

@@ -47,7 +47,7 @@ from sqlalchemy.orm import Session
 
 import storage
 from service.accounts.auth import Principal
-from service.db.models import Checkpoint
+from service.db.tables import Checkpoint
 from service.errors import Conflict, ExportFailed
 from service.jobs.queries import visible_job
 

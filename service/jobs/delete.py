@@ -20,9 +20,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 import storage as objstore
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import (
+from service.db.tables import (
     Attempt,
     AuditLog,
     Checkpoint,
@@ -33,7 +33,7 @@ from service.db.models import (
     MetricPoint,
     ObjectRef,
 )
-from service.errors import Conflict, NotFound
+from service.errors import Conflict
 from service.jobs.states import TERMINAL
 from service.objects.store import collect_garbage
 
@@ -79,11 +79,11 @@ def delete_job(
 def _delete_rows(
     session: Session, *, principal: Principal, job_id: str, actor: str | None
 ) -> list[str]:
-    job = session.execute(
-        select(Job).where(Job.id == job_id).with_for_update()
-    ).scalar_one_or_none()
-    if job is None or not principal.sees_team(job.team):
-        raise NotFound(f"job {job_id} not found")
+    job = visible(
+        principal,
+        session.execute(select(Job).where(Job.id == job_id).with_for_update()).scalar_one_or_none(),
+        f"job {job_id}",
+    )
     if job.status not in TERMINAL:
         raise Conflict(
             f"job {job_id} is {job.status}; only a finished job (succeeded, failed, cancelled) "

@@ -12,7 +12,7 @@ nowhere locally as a hub id):
   (``<hf_home>/hub/{models,datasets}--org--name/snapshots/*``, the cache the embedded head's
   workers share); otherwise the error says that Hub access is off and what to do;
 - ``training.report_to`` naming ``mlflow`` needs a tracking URI on the server;
-- ``health.hang`` stays inside the admin's bounds (``hang_rule.bound_errors``).
+- ``health.hang`` stays inside the admin's bounds (``hang_bounds.bound_errors``).
 
 ``resolve_hub_access(setting)`` turns ``auto`` into ``on``/``off`` once at start-up.
 ``huggingface_hub`` is imported only when the Hub is online (it is light and optional).
@@ -25,10 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from service.jobs.hang_rule import HangBounds, bound_errors
+from service.jobs.hang_bounds import HangBounds, bound_errors
 from service.settings import Settings
 from shunter.jobspec import FieldError, JobSpec
-from shunter.jobspec.models import is_store_ref
+from shunter.jobspec.spec import is_store_ref
 
 __all__ = [
     "EcosystemPolicy",

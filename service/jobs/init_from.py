@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import Checkpoint, Job
+from service.db.tables import Checkpoint, Job
 from service.jobs.prune import best_checkpoint, best_metric
 from shunter.jobspec import FieldError, SpecError
 

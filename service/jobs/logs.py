@@ -18,6 +18,7 @@ stored keeps only its new tail) and serialised per job with ``flock`` (threads a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
@@ -30,13 +31,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal
-from service.db.models import ACTIVE, Attempt, Job
+from service.db.rows import from_row
 from service.db.sqltime import utcnow_plus
+from service.db.tables import ACTIVE, Attempt, Job
 from service.errors import StaleAttempt
 from service.jobs.queries import visible_job
 from service.jobs.states import fence_attempt
 from service.launch import Launcher
-from service.schemas import LogsRead
+from service.schemas.jobs import LogsRead
 from service.settings import Settings
 
 __all__ = [
@@ -221,15 +223,7 @@ class LogStore:
         if not aligned and b"\n" in data[:-1]:
             skip = data.index(b"\n") + 1
             data, offset = data[skip:], offset + skip
-        return LogPage(
-            attempt=attempt,
-            offset=offset,
-            next_offset=page.next_offset,
-            first_offset=page.first_offset,
-            size=page.size,
-            truncated=False,
-            data=data,
-        )
+        return dataclasses.replace(page, offset=offset, truncated=False, data=data)
 
 
 def store_root(*, storage: str, home: Path) -> Path:
@@ -322,16 +316,13 @@ def read_logs(
                 attempts=attempts,
                 source="launcher",
             )
-    return LogsRead(
+    return from_row(  # the page's offsets, size and truncation as read
+        LogsRead,
+        page,
         text=page.text,
         submission_id=t.submission_id,
         attempt=t.attempt,
         attempts=attempts,
-        offset=page.offset,
-        next_offset=page.next_offset,
-        first_offset=page.first_offset,
-        size=page.size,
-        truncated=page.truncated,
         source="store" if page.size else "none",
     )
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shunter.jobspec.errors import FieldError
-from shunter.jobspec.models import HUB_ID_RE, JobSpec
+from shunter.jobspec.spec import HUB_ID_RE, JobSpec
 
 __all__ = [
     "Resolved",
@@ -127,24 +127,36 @@ def tensor_parallel_head_errors(spec: JobSpec) -> list[FieldError]:
 
 def pipeline_layer_errors(spec: JobSpec) -> list[FieldError]:
     """Pipeline stages hold equal shares of the decoder layers: the pipeline size must divide
-    ``num_hidden_layers`` (config_overrides, else a local config.json; a hub model's is
-    checked when the trainer starts)."""
+    ``num_hidden_layers``, and the embedding may not be tied to the LM head (first and last
+    stage). From config_overrides (checked in pass 1), else a local config.json; a hub
+    model's is checked when the trainer starts."""
     pp = spec.distributed.pipeline_parallel_size
-    if pp < 2 or "num_hidden_layers" in spec.model.config_overrides:
-        return []  # the override is checked in pass 1 (shunter.jobspec.topology)
     path = spec.model.name_or_path
-    if path is None or not os.path.isabs(path):
+    if pp < 2 or path is None or not os.path.isabs(path):
         return []
     config, _ = _read_config(Path(path))
-    layers = _first_int([config], ("num_hidden_layers",)) if config is not None else None
-    if layers is None or layers % pp == 0:
+    if config is None:
         return []
-    return [
-        FieldError(
-            "distributed.pipeline_parallel_size",
-            f"must divide the model's decoder layers (num_hidden_layers {layers}); {pp} does not",
+    overrides = spec.model.config_overrides
+    errors = []
+    layers = _first_int([config], ("num_hidden_layers",))
+    if "num_hidden_layers" not in overrides and layers is not None and layers % pp:
+        errors.append(
+            FieldError(
+                "distributed.pipeline_parallel_size",
+                f"must divide the model's decoder layers (num_hidden_layers {layers}); "
+                f"{pp} does not",
+            )
         )
-    ]
+    if "tie_word_embeddings" not in overrides and config.get("tie_word_embeddings") is True:
+        errors.append(
+            FieldError(
+                "distributed.pipeline_parallel_size",
+                "the model ties its input embedding to the LM head (tie_word_embeddings), which "
+                "would sit in the first and the last stage; use pipeline_parallel_size: 1",
+            )
+        )
+    return errors
 
 
 def _not_in_roots(loc: str, raw: str, roots: Sequence[Path]) -> FieldError:

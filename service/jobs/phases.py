@@ -20,9 +20,10 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from service.db.models import Event, Job, utcnow_py
 from service.db.sqltime import as_utc
+from service.db.tables import Event, Job, utcnow_py
 from service.jobs.states import fence_attempt
+from shunter.jobspec.vocab import EventType
 
 __all__ = ["PHASES", "WORKER_PHASES", "PhaseMark", "add_worker_phase", "record_phase"]
 
@@ -64,7 +65,7 @@ def record_phase(
         Event(
             job_id=job_id,
             time=at,
-            type="phase",
+            type=EventType.PHASE,
             attempt=attempt,
             message=(
                 f"{phase}: {seconds:.2f} s after {prev_name}; {since_submit:.2f} s since submit"

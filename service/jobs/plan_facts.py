@@ -47,23 +47,22 @@ def plan_facts(spec: JobSpec) -> dict[str, int | None]:
 
 def memory_facts(spec: JobSpec) -> dict[str, int | None]:
     """Optimizer-state and quantized-parameter bytes from the model's layout (issue #29)."""
-    m = spec.model
-    tokenizer = m.tokenizer or m.name_or_path
-    vocab = None
-    if m.from_scratch and tokenizer is not None and os.path.isabs(tokenizer):
-        vocab = tokenizer_size(tokenizer)
-    return spec_memory_facts(spec, local_config=local_model_config(spec), vocab_size=vocab)
+    return spec_memory_facts(spec, local_config=local_model_config(spec), vocab_size=_vocab(spec))
 
 
 def param_counts(spec: JobSpec) -> tuple[int | None, int | None]:
     """(all parameters, trainable ones) of the model the spec builds; None where unknown."""
+    return spec_param_counts(spec, local_config=local_model_config(spec), vocab_size=_vocab(spec))
+
+
+def _vocab(spec: JobSpec) -> int | None:
+    """A from-scratch model's vocabulary size, read from its local tokenizer; None otherwise.
+    Pass 2 resolved local folders to absolute paths inside the data roots; a hub id is not."""
     m = spec.model
     tokenizer = m.tokenizer or m.name_or_path
-    vocab = None
-    # Pass 2 resolved local folders to absolute paths inside the data roots; a hub id is not.
     if m.from_scratch and tokenizer is not None and os.path.isabs(tokenizer):
-        vocab = tokenizer_size(tokenizer)
-    return spec_param_counts(spec, local_config=local_model_config(spec), vocab_size=vocab)
+        return tokenizer_size(tokenizer)
+    return None
 
 
 def train_rows(spec: JobSpec) -> int | None:

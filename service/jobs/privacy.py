@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal
-from service.db.models import Job
+from service.db.tables import Job
 
 __all__ = ["JOB_ID_RE", "OTHER_TEAMS_JOB", "redact_reasons"]
 

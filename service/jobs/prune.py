@@ -22,7 +22,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 import storage
-from service.db.models import Checkpoint, Job
+from service.db.tables import Checkpoint, Job
 from shunter.jobspec.rules import default_greater_is_better
 
 __all__ = ["best_checkpoint", "best_metric", "delete_stored", "kept", "prune_checkpoints"]

@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, select
-from sqlalchemy.orm import Session, defer
+from sqlalchemy import Connection, exists, select
+from sqlalchemy.orm import Session, aliased, defer
 
 from service.accounts.auth import Principal, require_writer
 from service.db.engine import Database
-from service.db.models import ACTIVE, Attempt, Checkpoint, Event, Job, MetricPoint
-from service.db.paging import decode_cursor, encode_cursor
+from service.db.paging import keyset_page
+from service.db.tables import ACTIVE, Attempt, Checkpoint, Event, Job, MetricPoint
 from service.errors import Conflict, IllegalTransition, NotFound
 from service.jobs.privacy import redact_reasons
 from service.jobs.read_model import first_queue_position, get_job_row, job_read
 from service.jobs.states import ErrorInfo, JobStatus, transition
 from service.launch import Launcher
-from service.schemas import (
+from service.schemas.jobs import (
+    AttemptRead,
+    AttemptsPage,
     CheckpointRead,
     CheckpointsPage,
     EventRead,
@@ -33,6 +36,7 @@ from service.schemas import (
     MetricRead,
     MetricsPage,
 )
+from shunter.jobspec.vocab import EventType
 
 __all__ = [
     "cancel_job",
@@ -95,7 +99,7 @@ def list_jobs(
 
     Summaries: ``spec`` is null and its column is not even read, unless ``include_spec``
     (a spec can be up to the 1 MiB body limit; a page of them would be unbounded)."""
-    q = select(Job).order_by(Job.id.desc()).limit(limit + 1)
+    q = select(Job).order_by(Job.id.desc())
     if not include_spec:
         q = q.options(defer(Job.spec))
     if not principal.is_admin:
@@ -106,14 +110,11 @@ def list_jobs(
         q = q.where(Job.status.in_(list(status)))
     if name is not None:
         q = q.where(Job.name == name)
-    after = decode_cursor(cursor, str)
-    if after is not None:
-        q = q.where(Job.id < after)
-    rows = list(session.execute(q).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
+    rows, nxt = keyset_page(
+        session, q, Job.id, cursor=cursor, limit=limit, kind=str, newest_first=True
+    )
     data = [job_read(j, position=None, with_spec=include_spec) for j in rows]
-    return JobsPage(data=data, next_cursor=encode_cursor(rows[-1].id) if more else None)
+    return JobsPage(data=data, next_cursor=nxt)
 
 
 def cancel_job(db: Database, *, principal: Principal, job_id: str, launcher: Launcher) -> JobRead:
@@ -135,7 +136,7 @@ def cancel_job(db: Database, *, principal: Principal, job_id: str, launcher: Lau
                 job_id=job_id,
                 to=S.CANCELLED,
                 expect_from={S.QUEUED, S.PAUSED},
-                event_type="cancelled",
+                event_type=EventType.CANCELLED,
                 message=by,
                 error=ErrorInfo(type="cancelled", message=by),
             )
@@ -144,7 +145,7 @@ def cancel_job(db: Database, *, principal: Principal, job_id: str, launcher: Lau
             session,
             job_id=job_id,
             to=S.CANCELLING,
-            event_type="cancel_requested",
+            event_type=EventType.CANCEL_REQUESTED,
             message=by,
             values={"cancel_requested": True},
         )
@@ -188,7 +189,7 @@ def resume_job(db: Database, *, principal: Principal, job_id: str) -> JobRead:
             job_id=job_id,
             to=S.QUEUED,
             expect_from={S.FAILED, S.CANCELLED, S.PAUSED},
-            event_type="resumed",
+            event_type=EventType.RESUMED,
             message=f"resumed by {principal.name}"
             + (f" from {resume_from}" if resume_from else " from scratch"),
             values={
@@ -210,21 +211,35 @@ def resume_job(db: Database, *, principal: Principal, job_id: str) -> JobRead:
     return db.write(_resume)
 
 
+def _job_rows(
+    session: Session,
+    principal: Principal,
+    job_id: str,
+    table: type[Event] | type[Checkpoint],
+    *,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Any], str | None]:
+    """A page of a visible job's rows of ``table`` in id order, and the next page's cursor."""
+    visible_job(session, principal=principal, job_id=job_id)
+    q = select(table).where(table.job_id == job_id).order_by(table.id)
+    return keyset_page(session, q, table.id, cursor=cursor, limit=limit)
+
+
 def list_events(
     session: Session, *, principal: Principal, job_id: str, limit: int, cursor: str | None
 ) -> EventsPage:
+    rows, nxt = _job_rows(session, principal, job_id, Event, limit=limit, cursor=cursor)
+    return EventsPage(data=[EventRead.model_validate(e) for e in rows], next_cursor=nxt)
+
+
+def list_attempts(session: Session, *, principal: Principal, job_id: str) -> AttemptsPage:
+    """Every attempt of the job, oldest first, with the width each ran at."""
     visible_job(session, principal=principal, job_id=job_id)
-    q = select(Event).where(Event.job_id == job_id).order_by(Event.id).limit(limit + 1)
-    after = decode_cursor(cursor, int)
-    if after is not None:
-        q = q.where(Event.id > after)
-    rows = list(session.execute(q).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return EventsPage(
-        data=[EventRead.model_validate(e) for e in rows],
-        next_cursor=encode_cursor(rows[-1].id) if more else None,
-    )
+    rows = session.execute(
+        select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)
+    ).scalars()
+    return AttemptsPage(data=[AttemptRead.model_validate(a) for a in rows])
 
 
 def list_metrics(
@@ -236,38 +251,37 @@ def list_metrics(
     cursor: str | None,
     after: int | None = None,
     names: Sequence[str] = (),
+    all_attempts: bool = False,
 ) -> MetricsPage:
-    """Points in arrival order. ``after``: a point id (as in the SSE stream's event ids)."""
-    visible_job(session, principal=principal, job_id=job_id)
+    """Points in arrival order. ``after``: a point id (as in the SSE stream's event ids).
+
+    A step an attempt trained again after resuming (the steps past the checkpoint it
+    resumed from, which the lost attempt had reached too) has a point per attempt: by default
+    only the newest attempt's point of each (step, name) is listed, so a loss curve shows
+    each step once; ``all_attempts`` lists every attempt's points."""
+    job = visible_job(session, principal=principal, job_id=job_id)
     q = select(MetricPoint).where(MetricPoint.job_id == job_id)
-    q = q.order_by(MetricPoint.id).limit(limit + 1)
+    if not all_attempts and job.attempt > 1:  # one attempt: nothing can be superseded
+        newer = aliased(MetricPoint)
+        q = q.where(
+            ~exists().where(
+                newer.job_id == MetricPoint.job_id,
+                newer.step == MetricPoint.step,
+                newer.name == MetricPoint.name,
+                newer.attempt > MetricPoint.attempt,
+            )
+        )
+    q = q.order_by(MetricPoint.id)
     if names:
         q = q.where(MetricPoint.name.in_(list(names)))
-    key = decode_cursor(cursor, int)
-    lower = max(k for k in (key, after, -1) if k is not None)
-    q = q.where(MetricPoint.id > lower)
-    rows = list(session.execute(q).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return MetricsPage(
-        data=[MetricRead.model_validate(m) for m in rows],
-        next_cursor=encode_cursor(rows[-1].id) if more else None,
-    )
+    if after is not None:
+        q = q.where(MetricPoint.id > after)
+    rows, nxt = keyset_page(session, q, MetricPoint.id, cursor=cursor, limit=limit)
+    return MetricsPage(data=[MetricRead.model_validate(m) for m in rows], next_cursor=nxt)
 
 
 def list_checkpoints(
     session: Session, *, principal: Principal, job_id: str, limit: int, cursor: str | None
 ) -> CheckpointsPage:
-    visible_job(session, principal=principal, job_id=job_id)
-    q = select(Checkpoint).where(Checkpoint.job_id == job_id).order_by(Checkpoint.id)
-    q = q.limit(limit + 1)
-    after = decode_cursor(cursor, int)
-    if after is not None:
-        q = q.where(Checkpoint.id > after)
-    rows = list(session.execute(q).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return CheckpointsPage(
-        data=[CheckpointRead.model_validate(c) for c in rows],
-        next_cursor=encode_cursor(rows[-1].id) if more else None,
-    )
+    rows, nxt = _job_rows(session, principal, job_id, Checkpoint, limit=limit, cursor=cursor)
+    return CheckpointsPage(data=[CheckpointRead.model_validate(c) for c in rows], next_cursor=nxt)

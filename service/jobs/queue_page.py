@@ -1,6 +1,6 @@
 """``GET /v1/queue``: the queue as the scheduler's last tick stored it, one page at a time.
 
-Order: the stored ``queue_position`` (the scheduler's ``policy.plan``), then jobs no tick has
+Order: the stored ``queue_position`` (the scheduler's ``policy.planner``), then jobs no tick has
 placed yet, oldest first. Positions are global (all teams). A member sees its own team's rows
 in full and every other team's queued job only as anonymous capacity: ``anonymous: true``,
 its position, priority and size, but no id, name, team, time or reason; job ids of other
@@ -16,10 +16,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal
-from service.db.models import Job
 from service.db.paging import decode_cursor, encode_cursor
+from service.db.rows import from_row
+from service.db.tables import Job
 from service.jobs.privacy import redact_reasons
-from service.schemas import QueueItem, QueuePage
+from service.schemas.cluster import QueueItem, QueuePage
 
 __all__ = ["queue_page"]
 
@@ -74,15 +75,7 @@ def _item(position: int, r: Any, reason: str | None, *, visible: bool) -> QueueI
     }
     if not visible:
         return QueueItem(anonymous=True, **common)
-    return QueueItem(
-        id=r.id,
-        name=r.name,
-        team=r.team,
-        created_at=r.created_at,
-        pending_reason=reason,
-        estimated_start_at=r.estimated_start_at,
-        estimated_start_p90_at=r.estimated_start_p90_at,
-        estimated_at=r.estimated_at,
-        estimate_stale=bool(r.queue_stale),
-        **common,
+    # The job's own columns as selected; the reason as the caller may read it.
+    return from_row(
+        QueueItem, r, pending_reason=reason, estimate_stale=bool(r.queue_stale), **common
     )

@@ -1,7 +1,7 @@
 """Job -> ``JobRead``, and the first queue position a job gets when it enters the queue.
 
 The queue position and pending reason are stored on the job row: the scheduler writes them for
-every queued job once per tick (``service.scheduler.record.store_queue``, from ``policy.plan``),
+every queued job once per tick (``service.scheduler.record.store_queue``, from ``policy.planner``),
 and submit/resume write a first value (``first_queue_position``), so reading a job is one
 primary-key read and never re-derives the queue order.
 """
@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import Connection, Row, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from service.db.models import Job
+from service.db.rows import from_row
+from service.db.tables import Job
 from service.policy.snapshot import PRIORITY_RANK
-from service.schemas import JobError, JobRead, Progress
+from service.schemas.jobs import JobError, JobRead, Progress
 from shunter.jobspec.vocab import priority_rank
 
 __all__ = ["first_queue_position", "get_job_row", "job_read"]
@@ -72,16 +73,9 @@ def job_read(
     if job.error_type is not None:
         error = JobError(type=job.error_type, message=job.error_message or "")
     queued = job.status == "queued"
-    return JobRead(
-        id=job.id,
-        name=job.name,
-        team=job.team,
-        status=job.status,
-        priority=job.priority,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        attempt=job.attempt,
+    return from_row(  # the rest (id, name, status, times, latest_*, ...) as stored
+        JobRead,
+        job,
         spec=job.spec if with_spec else None,
         queue_position=(position if position is not None else job.queue_position)
         if queued
@@ -93,14 +87,7 @@ def job_read(
         estimated_at=job.estimated_at if queued else None,
         estimate_stale=bool(job.queue_stale) if queued else False,
         progress=progress,
-        latest_metrics=job.latest_metrics,
         error=error,
-        latest_checkpoint=job.latest_checkpoint,
-        final_model_uri=job.final_model_uri,
-        resume_from=job.resume_from,
-        cancel_requested=job.cancel_requested,
-        created_by=job.created_by,
-        restarts=job.restarts,
     )
 
 

@@ -17,9 +17,10 @@ starting / running     ended or unknown          LOSE (the driver ended without 
                                                  report: attempt lost -> requeue per policy)
 =====================  ========================  =========================================
 
-A lost attempt goes through ``service.jobs.loss.lose_attempt`` (cause ``DRIVER_ENDED``): requeued
-(attempt + 1, resuming from the newest verified checkpoint) until ``max_infra_retries`` losses,
-then ``retries_exhausted``. The database is written first, then the launcher is told to stop.
+A lost attempt goes through ``service.jobs.attempt_loss.lose_attempt`` (cause
+``DRIVER_ENDED``): requeued (attempt + 1, resuming from the newest verified checkpoint) until
+``max_infra_retries`` losses, then ``retries_exhausted``. The database is written first, then the
+launcher is told to stop.
 
 The Ray head lost (``HeadWatch``): while the launcher raises ``ClusterUnavailable`` the sweep
 decides nothing (no job is lost or kept on what a head that is away cannot say). Once the
@@ -52,12 +53,13 @@ from sqlalchemy.orm import Session
 
 from service.db.changes import KeptRows
 from service.db.engine import Database
-from service.db.models import ACTIVE, Attempt, Event, Job
 from service.db.sqltime import as_utc
+from service.db.tables import ACTIVE, Attempt, Event, Job
 from service.errors import IllegalTransition, StaleAttempt
-from service.jobs.loss import HEAD_LOST_EVENT, LossCause, lose_attempt
+from service.jobs.attempt_loss import HEAD_LOST_EVENT, LossCause, lose_attempt
 from service.jobs.states import ACTIVE_STATES, ErrorInfo, JobStatus, fence_attempt, transition
 from service.launch import ClusterUnavailable, Launcher, LaunchState
+from shunter.jobspec.vocab import EventType
 
 __all__ = [
     "ActiveAttempt",
@@ -137,7 +139,13 @@ def _finish_cancelled(session: Session, *, job_id: str, attempt: int) -> None:
         return
     if JobStatus(job.status) == JobStatus.STARTING:
         # starting cannot go straight to cancelled: pass through cancelling (one table).
-        transition(session, job_id=job_id, to=JobStatus.CANCELLING, message="cancel requested")
+        transition(
+            session,
+            job_id=job_id,
+            to=JobStatus.CANCELLING,
+            event_type=EventType.CANCEL_REQUESTED,
+            message="cancel requested",
+        )
     transition(
         session,
         job_id=job_id,

@@ -29,13 +29,13 @@ import pydantic
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal
-from service.db.models import Job
+from service.db.tables import Job
 from service.errors import Unprocessable
 from service.jobs.queries import visible_job
-from service.schemas import JobRecordRead
+from service.schemas.jobs import JobRecordRead
 from shunter.jobspec import FieldError, JobSpec, SpecError, fill_defaults, format_spec_errors
 from shunter.jobspec.dotted import set_dotted
-from shunter.jobspec.models import DataSource, is_store_ref
+from shunter.jobspec.spec import DataSource, is_store_ref
 from shunter.provenance import code_version
 
 __all__ = [

@@ -1,6 +1,6 @@
 """Job states: the one table of legal moves, the one function that performs a move, the claim,
 and the attempt lease (heartbeat, expiry). What a lost attempt does to its job is
-``service.jobs.loss``.
+``service.jobs.attempt_loss``.
 
 ``transition`` is the only writer of ``jobs.status`` apart from ``claim_job`` (queued ->
 starting, one compare-and-set). Every move is a conditional ``UPDATE ... WHERE status = <the
@@ -26,11 +26,12 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.db.models import ACTIVE, Attempt, Event, Job, utcnow_py
 from service.db.sqltime import utcnow, utcnow_plus
+from service.db.tables import ACTIVE, Attempt, Event, Job, utcnow_py
 from service.errors import IllegalTransition, NotFound, StaleAttempt
 from service.webhooks import outbox as _outbox  # noqa: F401  (registers the Event hook)
-from shunter.jobspec.vocab import ACTIVE_STATUSES, TERMINAL_STATUSES
+from shunter.jobspec.elastic import stored_range
+from shunter.jobspec.vocab import ACTIVE_STATUSES, TERMINAL_STATUSES, EventType
 
 __all__ = [
     "ACTIVE_STATES",
@@ -69,7 +70,7 @@ ACTIVE_STATES = frozenset(S(s) for s in ACTIVE_STATUSES)
 # Every legal move. DESIGN.md "Job states", plus: starting -> failed (launch error or a user
 # error before the first step), starting -> cancelling (cancel while launching), and
 # failed|cancelled -> queued, which only ``resume`` performs. A succeeded job never moves.
-# Pause (``service.jobs.preemption``): queued -> paused at once; starting|running -> paused
+# Pause (``service.jobs.checkpoint_now``): queued -> paused at once; starting|running -> paused
 # once the attempt checkpointed (or its checkpoint timed out); paused -> queued by ``resume``,
 # paused -> cancelled by ``cancel``. A preemption is running|starting -> queued.
 LEGAL_MOVES: Mapping[JobStatus, frozenset[JobStatus]] = {
@@ -115,7 +116,7 @@ def transition(
     job_id: str,
     to: JobStatus,
     expect_from: frozenset[JobStatus] | set[JobStatus] | None = None,
-    event_type: str | None = None,
+    event_type: EventType | None = None,
     message: str = "",
     error: ErrorInfo | None = None,
     values: Mapping[str, Any] | None = None,
@@ -132,6 +133,12 @@ def transition(
     if not can_move(source, to) or (expect_from is not None and source not in expect_from):
         raise IllegalTransition(f"job {job_id} is {source}; it cannot move to {to}")
     cols: dict[str, Any] = {"status": str(to), "updated_at": utcnow_py(), **(values or {})}
+    if to in (S.QUEUED, S.PAUSED) and "num_workers" not in cols:
+        # An elastic job waits at min (its width was its last attempt's while it ran).
+        spec = session.execute(select(Job.spec).where(Job.id == job_id)).scalar_one()
+        workers = stored_range((spec or {}).get("resources") or {})
+        if workers is not None:
+            cols["num_workers"] = workers[0]
     if to == S.RUNNING:
         cols.setdefault("started_at", utcnow())
     if to in TERMINAL:
@@ -160,7 +167,7 @@ def transition(
             job_id=job_id,
             from_status=str(source),
             to_status=str(to),
-            type=event_type or str(to),
+            type=event_type or EventType(str(to)),
             message=message or (error.message if error else ""),
             attempt=job.attempt or None,
         )
@@ -170,9 +177,17 @@ def transition(
 
 
 def claim_job(
-    session: Session, *, job_id: str, token_hash: str, lease_seconds: float = 30.0
+    session: Session,
+    *,
+    job_id: str,
+    token_hash: str,
+    lease_seconds: float = 30.0,
+    num_workers: int | None = None,
 ) -> Attempt | None:
     """Claim a queued job: ONE compare-and-set ``queued -> starting, attempt += 1``.
+
+    ``num_workers``: the width the attempt runs at (an elastic job's, decided by the
+    scheduler); recorded on the attempt and as the job's width while it runs.
 
     Returns the new active attempt, or ``None`` if the job was not queued (someone else won).
     Safe on SQLite and PostgreSQL without ``FOR UPDATE``: the ``WHERE status = 'queued'`` is
@@ -189,6 +204,7 @@ def claim_job(
             cancel_requested=False,
             restarts=0,  # max_restarts bounds the restarts of one attempt
             updated_at=utcnow_py(),
+            **({} if num_workers is None else {"num_workers": num_workers}),
         )
         .returning(Job.attempt)
         .execution_options(synchronize_session=False)
@@ -203,6 +219,7 @@ def claim_job(
         submission_id=f"{job_id}-{number}",
         lease_expires_at=utcnow_plus(lease_seconds),
         started_at=utcnow(),
+        num_workers=num_workers,
     )
     session.add(attempt)
     session.add(
@@ -210,8 +227,9 @@ def claim_job(
             job_id=job_id,
             from_status="queued",
             to_status="starting",
-            type="claimed",
-            message=f"attempt {number} claimed",
+            type=EventType.CLAIMED,
+            message=f"attempt {number} claimed"
+            + ("" if num_workers is None else f" on {num_workers} workers"),
             attempt=number,
         )
     )

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
-import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,8 @@ from sqlalchemy.orm import Session
 from service.accounts.auth import Principal, require_writer
 from service.accounts.budgets import budget_state
 from service.db.engine import Database
-from service.db.models import Event, IdempotencyKey, Job, Team
+from service.db.ids import sortable_id
+from service.db.tables import Event, IdempotencyKey, Job, Team
 from service.errors import (
     BadRequest,
     Forbidden,
@@ -39,22 +39,26 @@ from service.errors import (
     Unprocessable,
     UnsupportedMediaType,
 )
+from service.jobs.accelerator_check import accelerator_check
 from service.jobs.admission import resource_errors, validate_spec
-from service.jobs.hub import EcosystemPolicy, ecosystem_errors
+from service.jobs.hub import EcosystemPolicy, ecosystem_errors, policy_from_settings
 from service.jobs.init_from import resolve_init_from
 from service.jobs.plan_facts import plan_facts
 from service.jobs.read_model import first_queue_position, job_read
 from service.jobs.reproduce import submit_record, submitted_form
 from service.launch import ClusterResources
 from service.objects.store import record_refs, resolve_inputs
-from service.schemas import DryRunRead, JobRead
+from service.policy.accelerators import AcceleratorType, admin_catalog
+from service.schemas.jobs import DryRunRead, JobRead
+from service.settings import Settings
 from service.webhooks.endpoints import notify_errors
 from shunter.jobspec import JobSpec, SpecError, format_spec_errors
+from shunter.jobspec.elastic import start_width
 from shunter.jobspec.errors import FieldError
-from shunter.jobspec.models import is_store_ref
 from shunter.jobspec.parse import BodyError, parse_body
 from shunter.jobspec.plan import plan_for
-from shunter.jobspec.vocab import priority_rank
+from shunter.jobspec.spec import is_store_ref
+from shunter.jobspec.vocab import EventType, priority_rank
 
 __all__ = [
     "Submission",
@@ -71,19 +75,13 @@ __all__ = [
     "validate_document",
 ]
 
-_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
 _IDEMPOTENCY_KEY_MAX = 255
 _CURL_DEFAULT = "application/x-www-form-urlencoded"
 
 
 def new_job_id() -> str:
-    """``job-`` + 48-bit millisecond time + 80 random bits, Crockford base32: sorts by time."""
-    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        value, rem = divmod(value, 32)
-        chars.append(_CROCKFORD[rem])
-    return "job-" + "".join(reversed(chars))
+    """``job-`` and 26 characters that sort by creation time (``service.db.ids``)."""
+    return sortable_id("job")
 
 
 def body_sha256(document: Any) -> str:
@@ -109,6 +107,31 @@ class SubmitContext:
     gpu_memory_bytes: int | None = None
     # Buckets a spec may name as s3://... beyond the storage's own (SHUNTER_DATA_BUCKETS).
     data_buckets: tuple[str, ...] = ()
+    # SHUNTER_ACCELERATOR_TYPES (``policy.accelerators.admin_catalog``).
+    accelerator_types: Mapping[str, AcceleratorType] = field(default_factory=dict)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Settings,
+        *,
+        team_roots: list[Path],
+        cluster: ClusterResources | None,
+        cluster_note: str | None = None,
+    ) -> SubmitContext:
+        """The one builder: the server's settings, the team's data roots and a cluster view
+        (the API's submits and dry runs, a sweep's trials: ``service.sweeps``)."""
+        return cls(
+            data_roots=[*settings.data_roots, *team_roots],
+            storage=settings.storage,
+            cluster=cluster,
+            cluster_note=cluster_note,
+            ecosystem=policy_from_settings(settings),
+            allow_pickle_weights=settings.allow_pickle_weights,
+            gpu_memory_bytes=settings.gpu_memory_bytes,
+            data_buckets=tuple(settings.data_buckets),
+            accelerator_types=admin_catalog(settings.accelerator_types),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,7 +154,8 @@ class Submission:
     resolved: dict[str, Any]
 
 
-def _parsed(raw: bytes, content_type: str | None) -> Any:
+def parse_document(raw: bytes, content_type: str | None) -> Any:
+    """A request body (JSON, or YAML as ``application/yaml``) as a document; 4xx as a submit."""
     if content_type and content_type.split(";")[0].strip().lower() == _CURL_DEFAULT:
         # ``curl -d @spec.json`` labels JSON as a form; no form is ever a valid spec.
         content_type = "application/json"
@@ -144,30 +168,31 @@ def _parsed(raw: bytes, content_type: str | None) -> Any:
         raise kind(f"body: {exc.message}", detail="bad_body") from None
 
 
-def _validated(
-    document: Any,
-    *,
-    data_roots: list[Path],
-    cluster: ClusterResources | None,
-    cluster_note: str | None = None,
-    allow_pickle_weights: bool = False,
-    ecosystem: EcosystemPolicy | None = None,
-) -> JobSpec:
-    """Pass 1 and pass 2; no database, no writes. ``cluster`` None: no capacity check;
-    ``cluster_note``: added to a capacity error (how old that view is)."""
+def validate_document(document: Any, ctx: SubmitContext) -> JobSpec:
+    """Pass 1 and pass 2 of a parsed spec document, as a submit runs them: no database, no
+    writes; 422 on errors. ``ctx.cluster`` None: no capacity check; ``ctx.cluster_note``:
+    added to a capacity error (how old that view is). Accelerator types: known names, and
+    ``resources.accelerator`` narrowed to the types whose card holds the memory plan
+    (``jobs.accelerator_check``)."""
     try:
         spec = validate_spec(
-            document, data_roots=data_roots, allow_pickle_weights=allow_pickle_weights
+            document, data_roots=ctx.data_roots, allow_pickle_weights=ctx.allow_pickle_weights
         )
     except SpecError as exc:
         raise _spec_error(exc.errors) from None
-    errors = []
-    if cluster is not None:
-        nodes = [(n.total_cpus, n.total_gpus) for n in cluster.nodes if n.alive]
-        note = f" ({cluster_note})" if cluster_note else ""
+    cluster = ctx.cluster
+    alive = [] if cluster is None else [n for n in cluster.nodes if n.alive]
+    spec, errors = accelerator_check(
+        spec,
+        nodes=[(n.accelerator, n.total_gpus) for n in alive],
+        admin=ctx.accelerator_types,
+    )
+    if cluster is not None and not errors:
+        nodes = [(n.total_cpus, n.total_gpus, n.accelerator) for n in alive]
+        note = f" ({ctx.cluster_note})" if ctx.cluster_note else ""
         errors += [FieldError(e.loc, e.message + note) for e in resource_errors(spec, nodes=nodes)]
-    if ecosystem is not None:  # hub ids, report_to: what this server can reach
-        errors += ecosystem_errors(spec, policy=ecosystem)
+    if ctx.ecosystem is not None:  # hub ids, report_to: what this server can reach
+        errors += ecosystem_errors(spec, policy=ctx.ecosystem)
     if errors:
         raise _spec_error(errors)
     return spec
@@ -179,8 +204,8 @@ def _quota_errors(session: Session, team: str, resolved: dict[str, Any]) -> list
     if row is None:
         return [FieldError("team", f"team {team!r} does not exist")]
     r = resolved["resources"]
-    gpus = r["num_workers"] * r["gpus_per_worker"]
-    cpus = r["num_workers"] * r["cpus_per_worker"]
+    gpus = start_width(r) * r["gpus_per_worker"]  # an elastic job starts on min
+    cpus = start_width(r) * r["cpus_per_worker"]
     out = []
     if row.max_gpus is not None and gpus > row.max_gpus:
         out.append(FieldError("resources", f"needs {gpus:g} GPUs; team quota is {row.max_gpus:g}"))
@@ -204,23 +229,9 @@ def _check_priority(session: Session, *, principal: Principal, priority: str) ->
         )
 
 
-def _budget_checked(
-    session: Session, *, team: str, resolved: dict[str, Any]
-) -> tuple[dict[str, Any], str | None]:
-    """A team past its budget (``service.accounts.budgets``): ``hard`` -> 403 with the figure;
-    ``soft`` -> the spec at ``low`` priority and the note its ``submitted`` event carries."""
-    state = budget_state(session, team=team)
-    if state is None or not state.exceeded:
-        return resolved, None
-    figure = state.figure(team)
-    if state.mode == "hard":
-        raise Forbidden(
-            f"{figure}; the budget is hard, so new jobs are refused until the next period. "
-            f"Ask an admin to raise it (PATCH /v1/teams/{team} with a budget)",
-            detail="budget_exceeded",
-        )
-    note = f"{figure}; the budget is soft: queued at low priority"
-    return {**resolved, "priority": "low"}, note
+def _weights(ctx: SubmitContext) -> dict[str, float]:
+    """Per accelerator type the weight of its GPU-hours in the team's budget."""
+    return {k: v.weight for k, v in ctx.accelerator_types.items() if v.weight != 1.0}
 
 
 def _team_checked(
@@ -238,53 +249,33 @@ def _team_checked(
         raise _spec_error(exc.errors) from None
 
 
-def _all_team_checks(
-    session: Session, *, principal: Principal, resolved: dict[str, Any]
-) -> tuple[dict[str, Any], str | None]:
-    resolved = _team_checked(session, principal=principal, resolved=resolved)
-    return _budget_checked(session, team=principal.team, resolved=resolved)
-
-
-def parse_document(raw: bytes, content_type: str | None) -> Any:
-    """A request body (JSON, or YAML as ``application/yaml``) as a document; 4xx as a submit."""
-    return _parsed(raw, content_type)
-
-
-def validate_document(
-    document: Any,
-    *,
-    data_roots: list[Path],
-    cluster: ClusterResources | None,
-    allow_pickle_weights: bool = False,
-    ecosystem: EcosystemPolicy | None = None,
-) -> JobSpec:
-    """Pass 1 and pass 2 of a parsed spec document, as a submit runs them (422 on errors)."""
-    return _validated(
-        document,
-        data_roots=data_roots,
-        cluster=cluster,
-        allow_pickle_weights=allow_pickle_weights,
-        ecosystem=ecosystem,
-    )
-
-
 def team_checks(
-    session: Session, *, principal: Principal, resolved: dict[str, Any]
+    session: Session,
+    *,
+    principal: Principal,
+    resolved: dict[str, Any],
+    weights: Mapping[str, float] | None = None,
 ) -> tuple[dict[str, Any], str | None]:
     """The team's checks of a submit (priority cap, quota, ``init_from``, budget): the spec to
-    queue and, when a soft budget is spent, the note for its event. 403/422 as a submit."""
-    return _all_team_checks(session, principal=principal, resolved=resolved)
+    queue and, when a soft budget is spent, the note for its event. 403/422 as a submit.
 
-
-def _validated_in(document: Any, ctx: SubmitContext) -> JobSpec:
-    return _validated(
-        document,
-        data_roots=ctx.data_roots,
-        cluster=ctx.cluster,
-        cluster_note=ctx.cluster_note,
-        allow_pickle_weights=ctx.allow_pickle_weights,
-        ecosystem=ctx.ecosystem,
-    )
+    A team past its budget (``service.accounts.budgets``; GPU-hours weighted per accelerator
+    type by ``weights``): ``hard`` -> 403 with the figure; ``soft`` -> the spec at ``low``
+    priority and the note its ``submitted`` event carries."""
+    resolved = _team_checked(session, principal=principal, resolved=resolved)
+    team = principal.team
+    state = budget_state(session, team=team, weights=weights)
+    if state is None or not state.exceeded:
+        return resolved, None
+    figure = state.figure(team)
+    if state.mode == "hard":
+        raise Forbidden(
+            f"{figure}; the budget is hard, so new jobs are refused until the next period. "
+            f"Ask an admin to raise it (PATCH /v1/teams/{team} with a budget)",
+            detail="budget_exceeded",
+        )
+    note = f"{figure}; the budget is soft: queued at low priority"
+    return {**resolved, "priority": "low"}, note
 
 
 def check_submission(
@@ -297,10 +288,12 @@ def check_submission(
 ) -> Submission:
     """Every check a submit runs, in a read-only transaction: 4xx as a submit, no writes."""
     require_writer(principal)
-    document = _parsed(raw, content_type)
-    spec = _validated_in(document, ctx)
+    document = parse_document(raw, content_type)
+    spec = validate_document(document, ctx)
     resolved, _ = db.read(
-        lambda s: _all_team_checks(s, principal=principal, resolved=spec.model_dump(mode="json"))
+        lambda s: team_checks(
+            s, principal=principal, resolved=spec.model_dump(mode="json"), weights=_weights(ctx)
+        )
     )
     db.read(
         lambda s: job_inputs(
@@ -335,6 +328,7 @@ def _write(
     digest: str,
     buckets: tuple[str, ...] = (),
     provenance: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+    weights: Mapping[str, float] | None = None,
 ) -> SubmitResult:
     if key is not None:
         hit = session.execute(
@@ -351,7 +345,9 @@ def _write(
             job = session.get(Job, hit.job_id)
             assert job is not None
             return SubmitResult(job=job_read(job), created=False)
-    resolved, budget_note = _all_team_checks(session, principal=principal, resolved=resolved)
+    resolved, budget_note = team_checks(
+        session, principal=principal, resolved=resolved, weights=weights
+    )
     submitted, record = provenance
     job = insert_job(
         session,
@@ -363,7 +359,7 @@ def _write(
     )
     attach_inputs(session, job=job, storage=storage, buckets=buckets)
     if budget_note is not None:
-        session.add(Event(job_id=job.id, type="budget_exceeded", message=budget_note))
+        session.add(Event(job_id=job.id, type=EventType.BUDGET_EXCEEDED, message=budget_note))
     if key is not None:
         session.add(IdempotencyKey(team=principal.team, key=key, body_sha256=digest, job_id=job.id))
     session.flush()
@@ -437,7 +433,7 @@ def insert_job(
         priority=priority,
         spec=spec,
         created_by=principal.name,
-        num_workers=res["num_workers"],
+        num_workers=start_width(res),  # elastic: min until an attempt runs wider
         cpus_per_worker=res["cpus_per_worker"],
         gpus_per_worker=res["gpus_per_worker"],
         pending_reason="waiting for the scheduler",
@@ -451,7 +447,7 @@ def insert_job(
         Event(
             job_id=job_id,
             to_status="queued",
-            type="submitted",
+            type=EventType.SUBMITTED,
             message=f"submitted by {principal.name}",
         )
     )
@@ -474,8 +470,8 @@ def submit_job(
         idempotency_key = idempotency_key.strip()
         if not idempotency_key or len(idempotency_key) > _IDEMPOTENCY_KEY_MAX:
             raise BadRequest("Idempotency-Key: must be 1-255 characters", detail="bad_header")
-    document = _parsed(raw, content_type)
-    spec = _validated_in(document, ctx)
+    document = parse_document(raw, content_type)
+    spec = validate_document(document, ctx)
     resolved = spec.model_dump(mode="json")
     provenance = (submitted_form(document), submit_record(spec))
     digest = body_sha256(document)
@@ -491,6 +487,7 @@ def submit_job(
                     digest=digest,
                     buckets=ctx.data_buckets,
                     provenance=provenance,
+                    weights=_weights(ctx),
                 )
             )
         except IntegrityError:

@@ -44,7 +44,9 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 
 @dataclass(frozen=True, kw_only=True)
 class ObjectFacts:
-    format: str
+    """What the checks learnt of a dataset or model folder."""
+
+    format: str  # jsonl | json | csv | tsv | txt | parquet (datasets); hf (models)
     columns: list[str]
     rows: int | None
     sample: list[Any]

@@ -15,6 +15,7 @@ localizes), checking the team may read each and that the task's columns are in t
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import secrets
 import shutil
@@ -23,7 +24,6 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
@@ -31,15 +31,17 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 import storage
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import ObjectRef, TeamObject, utcnow_py
-from service.errors import NotFound, Unprocessable
+from service.db.paging import page_after
+from service.db.rows import from_row, unix_seconds
+from service.db.tables import ObjectRef, TeamObject, utcnow_py
+from service.errors import Unprocessable
 from service.objects.checks import ObjectFacts, dataset_facts, model_facts, spec_format
 from shunter.jobspec import FieldError, JobSpec
 from shunter.jobspec.columns import task_columns
-from shunter.jobspec.models import OBJECT_ID_RE
 from shunter.jobspec.safety import config_override_errors
+from shunter.jobspec.spec import OBJECT_ID_RE
 from shunter.jobspec.topology import tp_model_error
 from storage.manifest import MANIFEST, publish_object
 
@@ -64,17 +66,14 @@ _CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True, kw_only=True)
-class ObjectInfo:
+class ObjectInfo(ObjectFacts):
+    """A team's dataset (``ds-...``) or base model (``mdl-...``) in the store: its facts, and
+    where and when it was stored (the API's ``ObjectRead``)."""
+
     id: str
-    kind: str
+    kind: str  # dataset | model
     name: str
-    digest: str
-    format: str
-    columns: list[str]
-    rows: int | None
-    sample: list[Any]
-    files: list[str]
-    bytes: int
+    digest: str  # SHA-256 of the object's manifest: objects/<digest>/ in storage
     created_at: int  # unix seconds
 
 
@@ -87,20 +86,7 @@ class Upload:
 
 
 def _info(row: TeamObject) -> ObjectInfo:
-    created = row.created_at if row.created_at.tzinfo else row.created_at.replace(tzinfo=UTC)
-    return ObjectInfo(
-        id=row.id,
-        kind=row.kind,
-        name=row.name,
-        digest=row.digest,
-        format=row.format,
-        columns=list(row.columns),
-        rows=row.rows,
-        sample=list(row.sample),
-        files=list(row.files),
-        bytes=row.bytes,
-        created_at=int(created.timestamp()),
-    )
+    return from_row(ObjectInfo, row, created_at=unix_seconds(row.created_at))
 
 
 def _new_id(kind: str) -> str:
@@ -186,13 +172,8 @@ def add_object(
         name=(name or facts.files[0])[:255],
         kind=kind,
         digest=digest,
-        format=facts.format,
-        columns=facts.columns,
-        rows=facts.rows,
-        sample=facts.sample,
-        files=facts.files,
-        bytes=facts.bytes,
         created_by=principal.name,
+        **{f.name: getattr(facts, f.name) for f in dataclasses.fields(ObjectFacts)},
     )
     session.add(row)
     session.flush()
@@ -201,14 +182,8 @@ def add_object(
 
 def _visible(session: Session, principal: Principal, object_id: str, kind: str) -> TeamObject:
     row = session.get(TeamObject, object_id)
-    if (
-        row is None
-        or row.kind != kind
-        or row.deleted_at is not None
-        or not principal.sees_team(row.team)
-    ):
-        raise NotFound(f"{kind} {object_id} not found")
-    return row
+    live = row is not None and row.kind == kind and row.deleted_at is None
+    return visible(principal, row if live else None, f"{kind} {object_id}")
 
 
 def get_object(session: Session, *, principal: Principal, object_id: str, kind: str) -> ObjectInfo:
@@ -228,10 +203,8 @@ def list_objects(
         )
         .order_by(TeamObject.id.desc())
     )
-    if after is not None:
-        q = q.where(TeamObject.id < after)
-    rows = list(session.execute(q.limit(limit + 1)).scalars())
-    return [_info(r) for r in rows[:limit]], len(rows) > limit
+    rows, more = page_after(session, q, TeamObject.id, after=after, limit=limit, newest_first=True)
+    return [_info(r) for r in rows], more
 
 
 def hide_object(session: Session, *, principal: Principal, object_id: str, kind: str) -> str:

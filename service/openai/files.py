@@ -23,10 +23,12 @@ from typing import Any
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import File, FineTuningJob
-from service.errors import NotFound, Unprocessable
+from service.db.paging import page_after
+from service.db.rows import from_row, unix_seconds
+from service.db.tables import File, FineTuningJob
+from service.errors import Unprocessable
 from service.objects.checks import ObjectFacts
 from service.objects.store import add_object, collect_garbage, hide_object
 from storage.manifest import publish_object
@@ -116,14 +118,7 @@ def validate_chat_jsonl(content: bytes) -> int:
 
 
 def _info(row: File) -> FileInfo:
-    return FileInfo(
-        id=row.id,
-        filename=row.filename,
-        purpose=row.purpose,
-        bytes=row.bytes,
-        lines=row.lines,
-        created_at=int(row.created_at.timestamp()),
-    )
+    return from_row(FileInfo, row, created_at=unix_seconds(row.created_at))
 
 
 def create_file(
@@ -179,10 +174,7 @@ def create_file(
 
 
 def _visible(session: Session, principal: Principal, file_id: str) -> File:
-    row = session.get(File, file_id)
-    if row is None or not principal.sees_team(row.team):
-        raise NotFound(f"file {file_id} not found")
-    return row
+    return visible(principal, session.get(File, file_id), f"file {file_id}")
 
 
 def get_file(session: Session, *, principal: Principal, file_id: str) -> FileInfo:
@@ -204,12 +196,10 @@ def list_files(
 ) -> tuple[list[FileInfo], bool]:
     """The team's files, newest first; ``after``: a file id (the next page is older)."""
     q = select(File).where(File.team == principal.team).order_by(File.id.desc())
-    if after is not None:
-        q = q.where(File.id < after)
     if purpose is not None:
         q = q.where(File.purpose == purpose)
-    rows = list(session.execute(q.limit(limit + 1)).scalars())
-    return [_info(r) for r in rows[:limit]], len(rows) > limit
+    rows, more = page_after(session, q, File.id, after=after, limit=limit, newest_first=True)
+    return [_info(r) for r in rows], more
 
 
 def delete_file(db: Database, *, principal: Principal, file_id: str, storage: str) -> str:

@@ -9,7 +9,6 @@ data root, then records the OpenAI-side fields.
 
 from __future__ import annotations
 
-import importlib
 import json
 import secrets
 from pathlib import Path
@@ -18,17 +17,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import Checkpoint, Event, FineTuningJob, Job
-from service.errors import Conflict, NotFound, Unprocessable
-from service.jobs import queries
+from service.db.paging import page_after
+from service.db.tables import Checkpoint, Event, FineTuningJob, Job
+from service.errors import NotFound, Unprocessable
+from service.jobs import checkpoint_now, queries
 from service.jobs.submit import SubmitContext, submit_job
 from service.launch import ClusterResources
 from service.openai import translate
 from service.openai.catalog import CatalogModel
 from service.openai.files import file_path, files_root
-from service.openai_schemas import FineTuningJobCreate
+from service.schemas.openai import FineTuningJobCreate
 
 __all__ = [
     "cancel_ft_job",
@@ -128,9 +128,9 @@ def _visible(session: Session, principal: Principal, ft_id: str) -> tuple[Job, F
     job_id = translate.job_id_of(ft_id)
     ft = session.get(FineTuningJob, job_id) if job_id else None
     job = session.get(Job, job_id) if ft is not None else None
-    if job is None or ft is None or not principal.sees_team(job.team):
-        raise NotFound(f"fine-tuning job {ft_id} not found")
-    return job, ft
+    seen = visible(principal, job, f"fine-tuning job {ft_id}")
+    assert ft is not None  # a job is read only for a fine-tuning row
+    return seen, ft
 
 
 def get_ft_job(session: Session, *, principal: Principal, ft_id: str) -> dict[str, Any]:
@@ -147,10 +147,11 @@ def list_ft_jobs(
         .where(Job.team == principal.team)
         .order_by(Job.id.desc())
     )
-    if after is not None:
-        q = q.where(Job.id < (translate.job_id_of(after) or ""))
-    rows = list(session.execute(q.limit(limit + 1)).all())
-    return [translate.ft_job(j, f) for j, f in rows[:limit]], len(rows) > limit
+    before = None if after is None else (translate.job_id_of(after) or "")
+    rows, more = page_after(
+        session, q, Job.id, after=before, limit=limit, newest_first=True, rows=True
+    )
+    return [translate.ft_job(j, f) for j, f in rows], more
 
 
 def cancel_ft_job(
@@ -161,22 +162,11 @@ def cancel_ft_job(
     return db.read(lambda s: get_ft_job(s, principal=principal, ft_id=ft_id))
 
 
-def _preemption() -> Any:
-    """``service.jobs.preemption`` (checkpoint-now), or a clear 409 while it is absent."""
-    try:
-        return importlib.import_module("service.jobs.preemption")
-    except ImportError:
-        raise Conflict(
-            "pause/resume need checkpoint-now support (service.jobs.preemption), which this "
-            "server does not have yet; cancel the job instead"
-        ) from None
-
-
 def pause_ft_job(db: Database, *, principal: Principal, ft_id: str) -> dict[str, Any]:
     """Checkpoint at the next step and free the resources (the job becomes ``paused``)."""
     require_writer(principal)
     job, _ = db.read(lambda s: _visible(s, principal, ft_id))
-    _preemption().pause_job(db, principal=principal, job_id=job.id)
+    checkpoint_now.pause_job(db, principal=principal, job_id=job.id)
     return db.read(lambda s: get_ft_job(s, principal=principal, ft_id=ft_id))
 
 
@@ -184,7 +174,7 @@ def resume_ft_job(db: Database, *, principal: Principal, ft_id: str) -> dict[str
     """A paused job goes back to the queue and resumes from its pause checkpoint."""
     require_writer(principal)
     job, _ = db.read(lambda s: _visible(s, principal, ft_id))
-    _preemption().resume_paused(db, principal=principal, job_id=job.id)
+    checkpoint_now.resume_paused(db, principal=principal, job_id=job.id)
     return db.read(lambda s: get_ft_job(s, principal=principal, ft_id=ft_id))
 
 
@@ -204,10 +194,8 @@ def list_ft_events(
     job, _ = _visible(session, principal, ft_id)
     q = select(Event).where(Event.job_id == job.id).order_by(Event.id.desc())
     before = _after_id(after, "ftevent-")
-    if before is not None:
-        q = q.where(Event.id < before)
-    rows = list(session.execute(q.limit(limit + 1)).scalars())
-    return [translate.ft_event(e) for e in rows[:limit]], len(rows) > limit
+    rows, more = page_after(session, q, Event.id, after=before, limit=limit, newest_first=True)
+    return [translate.ft_event(e) for e in rows], more
 
 
 def list_ft_checkpoints(
@@ -221,14 +209,9 @@ def list_ft_checkpoints(
         .order_by(Checkpoint.id.desc())
     )
     before = _after_id(after, "ftckpt-")
-    if before is not None:
-        q = q.where(Checkpoint.id < before)
-    rows = list(session.execute(q.limit(limit + 1)).scalars())
-    out = [
-        translate.ft_checkpoint(c, base=ft.model, team=job.team, suffix=ft.suffix)
-        for c in rows[:limit]
-    ]
-    return out, len(rows) > limit
+    rows, more = page_after(session, q, Checkpoint.id, after=before, limit=limit, newest_first=True)
+    out = [translate.ft_checkpoint(c, base=ft.model, team=job.team, suffix=ft.suffix) for c in rows]
+    return out, more
 
 
 def list_models(

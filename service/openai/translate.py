@@ -14,9 +14,10 @@ learning rate; ``"auto"`` takes the catalog default. A validation file becomes
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
+from service.db.rows import unix_seconds
 from service.openai.catalog import CatalogModel
 from shunter.model_names import fine_tuned_model_name
 
@@ -67,9 +68,7 @@ def job_id_of(ft_id: str) -> str | None:
 
 def _ts(value: datetime | None) -> int | None:
     """Unix seconds; SQLite returns naive datetimes, which are UTC here."""
-    if value is None:
-        return None
-    return int((value if value.tzinfo else value.replace(tzinfo=UTC)).timestamp())
+    return None if value is None else unix_seconds(value)
 
 
 def resolved_hyperparameters(given: dict[str, Any], model: CatalogModel) -> dict[str, int | float]:

@@ -10,6 +10,11 @@ cannot disagree about whether a job fits.
   still starting): taking the minimum never double-books it.
 - ``place_gang(gang, free)``: every worker of the gang on some node (first fit, fullest node
   first), or ``None``: all of a job's workers start at once or none do.
+- Accelerator types (issue 30): a node carries one (``accelerator``, "" = untyped) and a
+  gang may ask for some, in order of preference (``accelerators``; () = any). A gang that
+  asks places all its workers on nodes of one type: the first type in its list it fits on
+  (Kueue's flavor fungibility: the next type is tried before anyone is preempted). A gang
+  that asks for none is placed as before, on any node.
 - ``fits_ever(gang, nodes)``: the gang fits the alive nodes' totals (the cluster empty).
   For workers of one shape, first fit places the most workers possible, so this equals
   ``max_workers_placeable(...) >= num_workers``.
@@ -42,6 +47,7 @@ __all__ = [
     "NodeFree",
     "PackMemo",
     "Packing",
+    "accelerators_of",
     "fits_ever",
     "free_now",
     "max_workers_placeable",
@@ -67,6 +73,12 @@ class Gang(Protocol):
     def gpus_per_worker(self) -> float: ...
 
 
+def accelerators_of(gang: Gang) -> tuple[str, ...]:
+    """The types a gang accepts, in order of preference; () = any (``QueueEntry`` and the
+    jobspec's resources carry them; other gangs accept any)."""
+    return getattr(gang, "accelerators", ())
+
+
 class NodeCapacity(Protocol):
     """One node as the launcher reports it (``service.launch.NodeResources`` is one)."""
 
@@ -89,6 +101,7 @@ class NodeFree:
     node_id: str
     cpus: float
     gpus: float
+    accelerator: str = ""  # the node's accelerator type ("" = untyped)
 
 
 class FreeView(Protocol):
@@ -100,6 +113,8 @@ class FreeView(Protocol):
     def cpus(self) -> float: ...
     @property
     def gpus(self) -> float: ...
+    @property
+    def accelerator(self) -> str: ...
 
 
 def _has(have: float, need: float) -> bool:
@@ -107,7 +122,19 @@ def _has(have: float, need: float) -> bool:
 
 
 def place_gang(gang: Gang, free: Sequence[FreeView]) -> list[str] | None:
-    """A node id per worker (first fit, fullest node first), or None if any does not fit."""
+    """A node id per worker (first fit, fullest node first), or None if any does not fit.
+    A gang that asks for accelerator types: on the nodes of the first type it fits on."""
+    acc = accelerators_of(gang)
+    if acc:
+        for t in acc:
+            got = _place_gang(gang, [n for n in free if n.accelerator == t])
+            if got is not None:
+                return got
+        return None
+    return _place_gang(gang, free)
+
+
+def _place_gang(gang: Gang, free: Sequence[FreeView]) -> list[str] | None:
     if gang.num_workers == 1:  # the fullest node that fits, first in list order: no sort
         c, g = gang.cpus_per_worker, gang.gpus_per_worker
         best: FreeView | None = None
@@ -139,6 +166,7 @@ def take(free: Sequence[NodeFree], placement: Sequence[str], gang: Gang) -> list
             node_id=n.node_id,
             cpus=n.cpus - used[n.node_id] * gang.cpus_per_worker,
             gpus=n.gpus - used[n.node_id] * gang.gpus_per_worker,
+            accelerator=n.accelerator,
         )
         if n.node_id in used
         else n  # untouched nodes are kept, not rebuilt
@@ -167,7 +195,10 @@ class PackMemo:
     def pack(self, nodes: Sequence[NodeFree], gangs: Sequence[Gang]) -> Packing:
         if not all(type(n) is NodeFree for n in nodes):
             return _pack(nodes, gangs)
-        key = (tuple((n.node_id, n.cpus, n.gpus) for n in nodes), tuple(map(id, gangs)))
+        key = (
+            tuple((n.node_id, n.cpus, n.gpus, n.accelerator) for n in nodes),
+            tuple(map(id, gangs)),
+        )
         with self._lock:
             got = self._kept.get(key)
             if got is not None:
@@ -226,7 +257,11 @@ def _pack(nodes: Sequence[NodeFree], gangs: Sequence[Gang]) -> Packing:
             )
         out.append([free.ids[i] for i in chosen])
     left = [  # untouched nodes are kept, not rebuilt
-        NodeFree(node_id=free.ids[i], cpus=free.cpus[i], gpus=free.gpus[i]) if i in touched else n
+        NodeFree(
+            node_id=free.ids[i], cpus=free.cpus[i], gpus=free.gpus[i], accelerator=free.accel[i]
+        )
+        if i in touched
+        else n
         for i, n in enumerate(nodes)
     ]
     return left, out
@@ -242,6 +277,7 @@ class FreeBuckets:
         self.ids = [n.node_id for n in nodes]
         self.cpus = [n.cpus for n in nodes]
         self.gpus = [n.gpus for n in nodes]
+        self.accel = [n.accelerator for n in nodes]
         self._buckets: dict[tuple[float, float], list[int]] = {}
         for i in range(len(self.ids)):
             self._buckets.setdefault((self.gpus[i], self.cpus[i]), []).append(i)
@@ -250,7 +286,17 @@ class FreeBuckets:
     def place(self, gang: Gang) -> list[int] | None:
         """The node (index) of each worker, as ``place_gang`` places them: the fullest node
         that fits first, as many workers on it as fit, then the next; None if any does not
-        fit."""
+        fit. A gang that asks for types: on the first type it fits on."""
+        acc = accelerators_of(gang)
+        if not acc:
+            return self._place(gang, None)
+        for t in acc:
+            got = self._place(gang, t)
+            if got is not None:
+                return got
+        return None
+
+    def _place(self, gang: Gang, accel: str | None) -> list[int] | None:
         nc, ng, k = gang.cpus_per_worker, gang.gpus_per_worker, gang.num_workers
         chosen: list[int] = []
         for key in self._keys:
@@ -259,6 +305,8 @@ class FreeBuckets:
             if not _has(key[0], ng):  # every node of the bucket lacks the GPUs
                 continue
             for i in self._buckets[key]:
+                if accel is not None and self.accel[i] != accel:
+                    continue
                 c, g = key[1], key[0]
                 while len(chosen) < k and _has(c, nc) and _has(g, ng):
                     c, g = c - nc, g - ng
@@ -291,7 +339,14 @@ class FreeBuckets:
 def totals(nodes: Sequence[NodeCapacity]) -> list[NodeFree]:
     """The alive nodes as if empty."""
     return [
-        NodeFree(node_id=n.node_id, cpus=n.total_cpus, gpus=n.total_gpus) for n in nodes if n.alive
+        NodeFree(
+            node_id=n.node_id,
+            cpus=n.total_cpus,
+            gpus=n.total_gpus,
+            accelerator=getattr(n, "accelerator", ""),
+        )
+        for n in nodes
+        if n.alive
     ]
 
 
@@ -308,6 +363,7 @@ def free_now(nodes: Sequence[NodeCapacity], active: Sequence[Gang]) -> list[Node
             node_id=n.node_id,
             cpus=min(n.free_cpus, ours[n.node_id].cpus),
             gpus=min(n.free_gpus, ours[n.node_id].gpus),
+            accelerator=ours[n.node_id].accelerator,
         )
         for n in nodes
         if n.alive
@@ -315,7 +371,15 @@ def free_now(nodes: Sequence[NodeCapacity], active: Sequence[Gang]) -> list[Node
 
 
 def max_workers_placeable(gang: Gang, nodes: Sequence[NodeFree]) -> int:
-    """How many workers of the gang's shape fit on ``nodes`` at most."""
+    """How many workers of the gang's shape fit on ``nodes`` at most (a gang that asks for
+    types: on the nodes of the type that holds the most)."""
+    acc = accelerators_of(gang)
+    if acc:
+        return max(_max_workers(gang, [n for n in nodes if n.accelerator == t]) for t in acc)
+    return _max_workers(gang, nodes)
+
+
+def _max_workers(gang: Gang, nodes: Sequence[NodeFree]) -> int:
     total = 0
     for n in nodes:
         fit = math.floor(n.cpus / gang.cpus_per_worker + EPS) if gang.cpus_per_worker > 0 else None
@@ -338,10 +402,15 @@ def never_fits_reason(gang: Gang, nodes: Sequence[NodeCapacity]) -> str | None:
     if fits_ever(gang, nodes):
         return None
     alive = totals(nodes)
+    acc = accelerators_of(gang)
+    of_type = ""
+    if acc:
+        alive = [n for n in alive if n.accelerator in acc]
+        of_type = f" of type {' or '.join(acc)}"
     cpus = sum(n.cpus for n in alive)
     gpus = sum(n.gpus for n in alive)
     return (
         f"cannot fit the cluster as it is now: needs {gang.num_workers} x "
-        f"({gang.cpus_per_worker:g} CPU, {gang.gpus_per_worker:g} GPU) at once; the cluster "
-        f"has {len(alive)} node(s) with {cpus:g} CPUs and {gpus:g} GPUs in all"
+        f"({gang.cpus_per_worker:g} CPU, {gang.gpus_per_worker:g} GPU{of_type}) at once; the "
+        f"cluster has {len(alive)} node(s){of_type} with {cpus:g} CPUs and {gpus:g} GPUs in all"
     )

@@ -1,5 +1,5 @@
 """Who to preempt, if anyone, so a blocked job can start. Pure; the loop asks the victims to
-checkpoint now and stop (``service.jobs.preemption.request_preemption``).
+checkpoint now and stop (``service.jobs.checkpoint_now.request_preemption``).
 
 A queued job J may preempt a running job V when V is preemptible, is not already stopping,
 and either

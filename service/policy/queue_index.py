@@ -1,7 +1,7 @@
 """The queue as one pass reads it: per team in static order, and per gang shape its count,
 whether any job of it may borrow, and its jobs' run-time bounds in order. Pure.
 
-``policy.plan`` builds one from ``Snapshot.queued`` (one linear pass and a sort), unless the
+``policy.planner`` builds one from ``Snapshot.queued`` (one linear pass and a sort), unless the
 snapshot carries one: the simulator keeps its ``QueueIndex`` across ticks (``add`` /
 ``remove`` as jobs queue and start), so a tick's pass costs what it reads (the jobs it
 considers), not the whole queue.
@@ -16,16 +16,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from service.policy.snapshot import QueueEntry
+from service.policy.queue_entry import QueueEntry
 
 __all__ = ["QueueIndex", "Shape", "ShapeStats", "bound_left", "shape_of", "static_key"]
 
-Shape = tuple[int, float, float]  # (num_workers, cpus_per_worker, gpus_per_worker)
+# (num_workers, cpus_per_worker, gpus_per_worker, accelerator types accepted)
+Shape = tuple[int, float, float, tuple[str, ...]]
 StaticKey = tuple[int, datetime, str]
 
 
 def shape_of(e: QueueEntry) -> Shape:
-    return (e.num_workers, e.cpus_per_worker, e.gpus_per_worker)
+    return (e.num_workers, e.cpus_per_worker, e.gpus_per_worker, e.accelerators)
 
 
 def static_key(entry: QueueEntry, *, use_priority: bool) -> StaticKey:

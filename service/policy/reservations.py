@@ -86,7 +86,7 @@ class StartView:
         self.reservation = reservation
         self.free = free  # None: the reservation has no start
         # Gang shape -> may it run past the start? (valid until ``add`` changes ``free``)
-        self._ok: dict[tuple[int, float, float], bool] = {}
+        self._ok: dict[tuple[int, float, float, tuple[str, ...]], bool] = {}
 
     @classmethod
     def of(
@@ -108,7 +108,12 @@ class StartView:
         start = self.reservation.start_at
         if self.free is None or start is None or (end_at is not None and end_at <= start):
             return True
-        shape = (candidate.num_workers, candidate.cpus_per_worker, candidate.gpus_per_worker)
+        shape = (
+            candidate.num_workers,
+            candidate.cpus_per_worker,
+            candidate.gpus_per_worker,
+            candidate.accelerators,
+        )
         if shape not in self._ok:
             after = self._after(candidate, end_at)
             self._ok[shape] = after is None or place_gang(self.reservation.entry, after) is not None

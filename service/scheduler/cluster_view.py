@@ -14,12 +14,22 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from service.launch import ClusterResources, Launcher
+from service.policy.accelerators import node_type
+from service.policy.planner import QueueDecision
+from service.policy.snapshot import Snapshot
 
-__all__ = ["ClusterSeen", "ClusterView", "without_cordoned"]
+__all__ = [
+    "ClusterSeen",
+    "ClusterView",
+    "placed_type",
+    "type_nodes",
+    "with_node_types",
+    "without_cordoned",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,8 +48,10 @@ class ClusterView:
         *,
         max_age_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        node_types: Mapping[str, str] | None = None,
     ) -> None:
         self._launcher = launcher
+        self._node_types = dict(node_types or {})  # SHUNTER_NODE_GROUP_ACCELERATORS
         self._max_age_s = max_age_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -53,7 +65,7 @@ class ClusterView:
         (the failure is kept too, for ``seen``)."""
         now = self._clock()
         try:
-            cluster = self._launcher.cluster()
+            cluster = with_node_types(self._launcher.cluster(), self._node_types)
         except Exception as e:
             with self._lock:
                 self._tried_at, self._error = now, f"{type(e).__name__}: {e}"[:300]
@@ -76,8 +88,30 @@ class ClusterView:
             return ClusterSeen(cluster=self._cluster, age_s=age, error=self._error)
 
 
+def with_node_types(cluster: ClusterResources, overrides: Mapping[str, str]) -> ClusterResources:
+    """The cluster with the admin's accelerator type per node group, address or node id over
+    what Ray says (``policy.accelerators.node_type``). Pure."""
+    if not overrides:
+        return cluster
+    return ClusterResources(
+        nodes=[
+            dataclasses.replace(
+                n,
+                accelerator=node_type(
+                    current=n.accelerator,
+                    node_group=n.node_group,
+                    address=n.address,
+                    node_id=n.node_id,
+                    overrides=overrides,
+                ),
+            )
+            for n in cluster.nodes
+        ]
+    )
+
+
 def without_cordoned(cluster: ClusterResources, cordoned: Collection[str]) -> ClusterResources:
-    """The cluster as placement sees it: a cordoned node (``service.jobs.straggler``) counts as
+    """The cluster as placement sees it: a cordoned node (``service.health.straggler``) counts as
     not alive, so no gang is planned onto it until its cordon expires. Pure."""
     if not cordoned:
         return cluster
@@ -87,3 +121,21 @@ def without_cordoned(cluster: ClusterResources, cordoned: Collection[str]) -> Cl
             for n in cluster.nodes
         ]
     )
+
+
+def placed_type(snap: Snapshot, d: QueueDecision) -> str:
+    """The accelerator type of the node a starting job's first worker was placed on ("" =
+    untyped). Pure."""
+    if not d.placement:
+        return ""
+    return next((n.accelerator for n in snap.totals if n.node_id == d.placement[0]), "")
+
+
+def type_nodes(snap: Snapshot, d: QueueDecision) -> tuple[str, ...]:
+    """The nodes a starting job's workers may use: for a job that asks for accelerator types,
+    every alive node of the type the plan placed it on (Ray then places the workers within
+    that type); () otherwise (any node). Pure."""
+    if not d.entry.accelerators or not d.placement:
+        return ()
+    kind = next((n.accelerator for n in snap.totals if n.node_id == d.placement[0]), "")
+    return tuple(sorted(n.node_id for n in snap.totals if n.accelerator == kind)) if kind else ()

@@ -25,8 +25,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from service.db.changes import ChangeCursor
-from service.db.models import ACTIVE, Attempt, Job, MetricPoint
 from service.db.sqltime import as_utc
+from service.db.tables import ACTIVE, Attempt, Job, MetricPoint
 from service.jobs.states import ACTIVE_STATES, JobStatus
 from service.policy.snapshot import ActiveJob, QueueEntry, queue_entry
 
@@ -45,6 +45,10 @@ _POLICY_COLUMNS = (
     Job.gpus_per_worker,
     Job.spec["max_runtime_seconds"].label("max_runtime"),
     Job.spec["scheduling"].label("scheduling"),
+    # The accelerator types it may run on (submit kept those whose card holds its plan).
+    Job.spec[("resources", "accelerator")].label("accelerator"),
+    # An int (rigid), or an elastic job's {min, max} (``Job.num_workers`` is its width now).
+    Job.spec[("resources", "num_workers")].label("workers"),
 )
 # ... what the running ends read, and what the scheduler last wrote (``record.store_queue``
 # writes only what differs from it).
@@ -70,6 +74,7 @@ _ATTEMPT_COLUMNS = (
     Attempt.started_at,
     Attempt.ended_at,
     Attempt.stop_requested_at,
+    Attempt.accelerator,
 )
 _CHUNK = 5000  # bounded IN lists
 
@@ -116,33 +121,65 @@ def _stored(row: Any) -> Stored:
     )
 
 
-def _entry(row: Any, *, run_s: float, queued_since: datetime | None) -> QueueEntry:
+def _range(value: Any) -> tuple[int, int] | None:
+    """``resources.num_workers`` as stored: an elastic job's (min, max), or None (rigid)."""
+    if isinstance(value, dict) and "min" in value and "max" in value:
+        return int(value["min"]), int(value["max"])
+    return None
+
+
+def _width(row: Any, queued: bool) -> int:
+    """The width the policy sees: an elastic job queues at ``min`` and runs at its attempt's
+    width (the claim wrote it to ``Job.num_workers``); a rigid job at ``num_workers``."""
+    got = _range(row.workers)
+    return got[0] if got is not None and queued else int(row.num_workers)
+
+
+class _Gang(NamedTuple):
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+
+
+def _entry(row: Any, *, run_s: float, queued_since: datetime | None, width: int) -> QueueEntry:
     runtime = row.max_runtime
     scheduling = row.scheduling if isinstance(row.scheduling, dict) else {}
     return queue_entry(
         job_id=row.id,
         team=row.team,
         priority=row.priority,
-        gang=row,
+        gang=_Gang(width, float(row.cpus_per_worker), float(row.gpus_per_worker)),
         created_at=as_utc(row.created_at),
         queued_since=queued_since,
         max_runtime_s=float(runtime) if runtime is not None else None,
         run_s=run_s,
         preemptible=bool(scheduling.get("preemptible", True)),
+        accelerators=_types(row.accelerator),
+        workers=_range(row.workers),
     )
+
+
+def _types(value: Any) -> tuple[str, ...]:
+    """``resources.accelerator`` as stored: a name, a list in order of preference, or null."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, list):
+        return tuple(str(v) for v in value)
+    return ()
 
 
 def _job_row(row: Any, attempts: Sequence[Any], rate: float | None, old: JobRow | None) -> JobRow:
     done = [a for a in attempts if a.status != ACTIVE and a.ended_at is not None]
     run_s = sum((as_utc(a.ended_at) - as_utc(a.started_at)).total_seconds() for a in done)
     last_end = max((as_utc(a.ended_at) for a in done), default=None)
-    key = (tuple(row[: len(_POLICY_COLUMNS)]), run_s, last_end)
+    status = str(row.status)
+    width = _width(row, status == JobStatus.QUEUED)
+    key = (tuple(row[: len(_POLICY_COLUMNS)]), run_s, last_end, width)
     if old is not None and old.key == key:
         entry = old.entry
     else:
-        entry = _entry(row, run_s=run_s, queued_since=last_end)
+        entry = _entry(row, run_s=run_s, queued_since=last_end, width=width)
     current = next((a for a in attempts if a.status == ACTIVE), None)
-    status = str(row.status)
     return JobRow(
         row=row,
         status=status,

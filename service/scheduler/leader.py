@@ -20,8 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from service.db.engine import Database
-from service.db.models import SchedulerLease
 from service.db.sqltime import utcnow, utcnow_plus
+from service.db.tables import SchedulerLease
 
 __all__ = ["LeaderLease", "new_holder_id"]
 

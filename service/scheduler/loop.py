@@ -11,7 +11,7 @@ One tick:
 0. Lead: renew or take the scheduler lease (``scheduler.leader``); a follower does nothing.
    A process that has just taken over first reconciles with its launcher.
 1. Reap: attempts whose lease expired on the database clock are marked lost
-   (``service.jobs.loss.lose_attempt``, cause ``LEASE_EXPIRED``: requeue as attempt + 1
+   (``service.jobs.attempt_loss.lose_attempt``, cause ``LEASE_EXPIRED``: requeue as attempt + 1
    resuming from the newest verified checkpoint, or ``retries_exhausted``), then stopped on
    the launcher. An attempt whose driver Ray has not started yet (``pending``) cannot have
    heartbeated: its lease is renewed instead. One whose driver Ray reports ``running`` is
@@ -20,11 +20,11 @@ One tick:
 2. Sweep active jobs against the launcher (``service.jobs.reconcile.sweep_active``): finish
    cancels whose Ray job stopped, stop cancelling ones, lose attempts whose driver ended
    without a final report; stop preemption victims that did not checkpoint in time; end
-   hung attempts after dumping their stacks (``service.jobs.hang``). The sweep and the hang
+   hung attempts after dumping their stacks (``service.health.hang``). The sweep and the hang
    watch keep the rows they read across ticks and re-read only the jobs changed since
    (``db.changes``).
-3. Place: one snapshot (``scheduler.snapshot``) -> ``policy.plan`` (priority class, weighted
-   fair share, EASY reservation, gang placement; ``docs/scheduling.md``) -> ask the victims
+3. Place: one snapshot (``scheduler.snapshot_reader``) -> ``policy.planner`` (priority class,
+   weighted fair share, EASY reservation, gang placement; ``docs/scheduling.md``) -> ask the victims
    to checkpoint now (``scheduler.record.preempt``), claim each job that starts with the
    compare-and-set ``claim_job`` under the leader's fence and submit it
    (``<job id>-<attempt>``); then store every queued job's position, reason and ETA and
@@ -34,7 +34,7 @@ One tick:
    queued and active jobs (``job_rows.JobRows``) and the plan's ``QueueIndex`` are kept
    across ticks: a tick re-reads and re-sorts only the jobs whose rows changed since the
    last (``scheduler.changes``), and writes only the values that differ from those read.
-   A node the straggler watch cordoned (``service.jobs.straggler``) counts as not alive
+   A node the straggler watch cordoned (``service.health.straggler``) counts as not alive
    in this snapshot until its cordon expires.
 
 Free resources: Ray's per-node free CPUs/GPUs count placement-group reservations as used,
@@ -57,20 +57,20 @@ from typing import Any
 
 from service.accounts.auth import hash_token, new_token
 from service.db.engine import Database, is_unavailable
-from service.db.models import Job, utcnow_py
+from service.db.tables import Job, utcnow_py
 from service.errors import IllegalTransition, StaleAttempt
-from service.jobs.hang import HangWatch
-from service.jobs.health_files import files_for
-from service.jobs.loss import LossCause, lose_attempt
+from service.health.hang import HangWatch
+from service.health.rank_files import files_for
+from service.health.straggler import cordoned_nodes
+from service.jobs.attempt_loss import LossCause, lose_attempt
+from service.jobs.checkpoint_now import sweep_overdue
 from service.jobs.phases import PhaseMark, record_phase
-from service.jobs.preemption import sweep_overdue
 from service.jobs.reconcile import HeadWatch, kept_active, reconcile_on_start, sweep_active
 from service.jobs.states import (
     claim_job,
     expired_attempts,
     fence_attempt,
 )
-from service.jobs.straggler import cordoned_nodes
 from service.launch import (
     ClusterResources,
     ClusterUnavailable,
@@ -79,8 +79,10 @@ from service.launch import (
     LaunchState,
 )
 from service.policy import capacity
+from service.policy.elastic import RESIZE_START, Resize
+from service.policy.elastic import decide as decide_resizes
 from service.policy.eta import EtaModel, RuntimeHistory, WaitHistory, estimate_ranges
-from service.policy.plan import (
+from service.policy.planner import (
     NodeFree,
     Plan,
     PolicyConfig,
@@ -90,13 +92,22 @@ from service.policy.plan import (
 )
 from service.policy.queue_index import QueueIndex
 from service.scheduler import owed, record
-from service.scheduler.cluster_view import ClusterView, without_cordoned
+from service.scheduler.cluster_view import ClusterView, placed_type, type_nodes, without_cordoned
 from service.scheduler.job_rows import JobRows
 from service.scheduler.leader import LeaderLease
-from service.scheduler.snapshot import build_snapshot
+from service.scheduler.resize import Targets, record_start, request_resize
+from service.scheduler.snapshot_reader import build_snapshot
 from service.scheduler.usage import Usage
 
-__all__ = ["Scheduler", "TickReport", "effective_free", "never_fits_reason", "plan_order"]
+__all__ = [
+    "Scheduler",
+    "TickReport",
+    "effective_free",
+    "never_fits_reason",
+    "placed_type",
+    "plan_order",
+    "type_nodes",
+]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +141,7 @@ class TickReport:
     errors: list[str] = field(default_factory=list)
     preempt_timeouts: list[str] = field(default_factory=list)  # stopped: no checkpoint in time
     preempted: list[str] = field(default_factory=list)  # job ids asked to checkpoint and stop
+    resized: dict[str, str] = field(default_factory=dict)  # job id -> "grow 2->4" (stopping)
     hung: list[str] = field(default_factory=list)  # job ids found hung (handled on a thread)
     leader: bool = True  # False: another process holds the scheduler lease; nothing was done
 
@@ -182,7 +194,9 @@ class Scheduler:
         self.db = db
         self.launcher = launcher
         # Read once per tick; submits check against it instead of calling Ray themselves.
-        self.cluster_view = cluster_view or ClusterView(launcher)
+        self.cluster_view = cluster_view or ClusterView(
+            launcher, node_types=settings.node_group_accelerators
+        )
         self._on_phase = on_phase  # the start-up phase histogram (claimed, launched)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -203,6 +217,7 @@ class Scheduler:
         # And how far the forward run's first estimates were from the starts (per team).
         self._waits = WaitHistory()
         self._index = QueueIndex(use_priority=True)
+        self._targets = Targets()  # the widths resizes decided, until the restart
         # Packings of the running jobs, kept while their inputs are the same (a tick packs
         # them for the free capacity, the reservation, preemption and the ETAs).
         self._packs = capacity.PackMemo()
@@ -404,7 +419,7 @@ class Scheduler:
         )
 
     def _place(self, report: TickReport) -> None:
-        """Snapshot -> ``policy.plan`` -> preempt, claim and submit; store the queue's
+        """Snapshot -> ``policy.planner`` -> preempt, claim and submit; store the queue's
         positions, reasons and ETAs (``scheduler.record``)."""
         try:
             cluster = self.cluster_view.refresh()
@@ -453,17 +468,31 @@ class Scheduler:
         )
         if p.reservation is not None:
             self.stats.reservations += 1
-        for v in p.preemptions:
+        # THE resize decision, as the simulator makes it (scheduler.resize acts on it).
+        rs = decide_resizes(snap, p, min_runtime_s=cfg.preempt.min_runtime_s)
+        for v in rs.preemptions:
             if self.db.write(functools.partial(record.preempt, p=v, fence=self.lease.fence)):
                 report.preempted.append(v.victim.job_id)
+        starts = {r.job_id: r for r in rs.resizes if r.kind == RESIZE_START}
+        for r in rs.resizes:
+            if r.kind != RESIZE_START and self.db.write(
+                functools.partial(request_resize, r=r, fence=self.lease.fence)
+            ):
+                report.resized[r.job_id] = f"{r.kind} {r.entry.num_workers}->{r.to}"
+                self._targets.want(r.job_id, r.to)
         for d in p.starts:
-            self._start(d, report)
+            w = starts[d.entry.job_id].to if d.entry.job_id in starts else d.entry.num_workers
+            if d.entry.elastic and self._targets.hold(self.db, self.launcher, d.entry.job_id, w):
+                continue  # Ray still counts its last attempt's workers: start it at a later tick
+            self._start(
+                d, report, only_nodes=type_nodes(snap, d), accelerator=placed_type(snap, d),
+                resize=starts.get(d.entry.job_id),
+            )  # fmt: skip
         t3 = time.perf_counter()
-        ranges = (
-            estimate_ranges(snap, plan_now=p, model=EtaModel(runtime=runtimes, wait_ratios=ratios))
-            if p.decisions
-            else {}
+        model = EtaModel(
+            runtime=runtimes, wait_ratios=ratios, waiting=self._waits.waiting(snap.now)
         )
+        ranges = estimate_ranges(snap, plan_now=p, model=model) if p.decisions else {}
         self._waits.estimated(snap, ranges)
         etas = {i: r.start for i, r in ranges.items()}
         etas_p90 = {i: r.p90 for i, r in ranges.items()}
@@ -492,17 +521,33 @@ class Scheduler:
             "writes": time.perf_counter() - t4,
         }
 
-    def _start(self, d: QueueDecision, report: TickReport) -> None:
+    def _start(
+        self,
+        d: QueueDecision,
+        report: TickReport,
+        *,
+        only_nodes: tuple[str, ...] = (),
+        accelerator: str = "",
+        resize: Resize | None = None,
+    ) -> None:
         token = new_token()
         lease = float(self.settings.lease_seconds)
         job_id = d.entry.job_id
+        width = d.entry.num_workers if resize is None else resize.to  # elastic: min or wider
 
         def _claim(s: Any) -> tuple[Any, PhaseMark | None]:
             if not self.lease.fence(s):  # a deposed leader claims nothing
                 return None, None
-            got = claim_job(s, job_id=job_id, token_hash=hash_token(token), lease_seconds=lease)
+            got = claim_job(
+                s, job_id=job_id, token_hash=hash_token(token), lease_seconds=lease,
+                num_workers=width,
+            )  # fmt: skip
             if got is None:
                 return None, None
+            if d.entry.elastic:  # the width it starts at, and why (scheduler.resize)
+                record_start(s, d.entry, width=width, resize=resize, attempt=got.number)
+            if accelerator:  # the type it was placed on: per-type quotas, weighted GPU-hours
+                got.accelerator = accelerator
             return got, record_phase(s, job_id=job_id, attempt=got.number, phase="claimed")
 
         attempt, claimed = self.db.write(_claim)
@@ -515,9 +560,10 @@ class Scheduler:
             attempt=attempt.number,
             api_url=str(self.settings.public_url),
             attempt_token=token,
-            num_workers=d.entry.num_workers,
+            num_workers=width,
             cpus_per_worker=d.entry.cpus_per_worker,
             gpus_per_worker=d.entry.gpus_per_worker,
+            only_nodes=only_nodes,
         )
         try:
             self.launcher.submit(req)

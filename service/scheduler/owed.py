@@ -19,7 +19,7 @@ from typing import NamedTuple
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import Team
+from service.db.tables import Team
 from service.policy.capacity import place_gang
 from service.policy.fairshare import advance_owed, dominant_share
 from service.policy.queue_index import Shape, shape_of
@@ -30,6 +30,7 @@ class _ShapeGang(NamedTuple):
     num_workers: int
     cpus_per_worker: float
     gpus_per_worker: float
+    accelerators: tuple[str, ...] = ()
 
 
 __all__ = ["MAX_STEP_S", "advance", "shares"]
@@ -49,7 +50,7 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]
     demand: dict[str, tuple[list[float], list[float]]] = {}
     waiting: set[str] = set()
     running = Counter((a.entry.team, shape_of(a.entry)) for a in snap.active)
-    for (team, (workers, cpw, gpw)), k in running.items():
+    for (team, (workers, cpw, gpw, _types)), k in running.items():
         for to in (held, demand):
             cs, gs = to.setdefault(team, ([], []))
             cs.append(k * workers * cpw)

@@ -15,12 +15,13 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, update
 from sqlalchemy.orm import Session
 
-from service.db.models import Event, Job
+from service.db.tables import Event, Job
 from service.jobs.states import JobStatus
-from service.policy.plan import Plan
+from service.policy.planner import Plan
 from service.policy.preemption import Preemption
 from service.policy.snapshot import QueueEntry, Snapshot
 from service.scheduler.job_rows import STORED_COLUMNS, JobRows
+from shunter.jobspec.vocab import EventType
 
 __all__ = ["describe", "preempt", "store_queue"]
 
@@ -45,15 +46,15 @@ def preempt(
         "reservation": "its reserved start has come; this job borrowed its capacity",
     }.get(p.cause, "fair share: its team is under")
     detail = f"preempted for {describe(j, seen_by=v.team)} ({why})"
-    # The checkpoint-now mechanism (service.jobs.preemption) is imported here, at the call.
-    from service.jobs.preemption import request_preemption
+    # The checkpoint-now mechanism (service.jobs.checkpoint_now) is imported here, at the call.
+    from service.jobs.checkpoint_now import request_preemption
 
     if not request_preemption(session, job_id=v.job_id, cause="preempt", detail=detail):
         return False
     session.add(
         Event(
             job_id=j.job_id,
-            type="preempting",
+            type=EventType.PREEMPTING,
             message=(
                 f"preempting {describe(v, seen_by=j.team)} to make room ({p.cause}); "
                 "it checkpoints and stops at its next step"

@@ -16,12 +16,12 @@ from collections import defaultdict
 from collections.abc import Collection
 from datetime import datetime, timedelta
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session
 
 from service.db.changes import ChangeCursor
-from service.db.models import Attempt, Job
 from service.db.sqltime import as_utc
+from service.db.tables import Attempt, Job
 from service.launch import ClusterResources
 from service.policy.fairshare import RunInterval, decayed_average, dominant_share
 
@@ -46,7 +46,7 @@ def _read(
             Job.team,
             Attempt.started_at,
             Attempt.ended_at,
-            Job.num_workers,
+            func.coalesce(Attempt.num_workers, Job.num_workers),  # elastic: per attempt
             Job.cpus_per_worker,
             Job.gpus_per_worker,
         )

@@ -40,10 +40,9 @@ from service.accounts.auth import Principal, Role
 from service.accounts.budgets import usage_seconds
 from service.accounts.data_roots import roots_for
 from service.db.engine import Database
-from service.db.models import Event, Job, Sweep, SweepTrial, utcnow_py
+from service.db.tables import Event, Job, Sweep, SweepTrial, utcnow_py
 from service.errors import Forbidden, IllegalTransition, Unprocessable
-from service.jobs.hub import policy_from_settings
-from service.jobs.submit import attach_inputs, insert_job, team_checks
+from service.jobs.submit import SubmitContext, attach_inputs, insert_job, team_checks
 from service.launch import Launcher
 from service.scheduler.leader import LeaderLease
 from service.sweeps.state import (
@@ -54,8 +53,9 @@ from service.sweeps.state import (
     stop_pruned,
 )
 from service.sweeps.study import PruneResult, TrialView, prune_check, sample
-from service.sweeps.submit import TrialChecks, check_trial
+from service.sweeps.submit import check_trial
 from shunter.jobspec.sweep import SweepSpec, trial_document
+from shunter.jobspec.vocab import EventType
 
 __all__ = ["SweepController", "SweepTickReport"]
 
@@ -192,7 +192,7 @@ class SweepController:
     def _sample(self, state: SweepState, report: SweepTickReport) -> None:
         sweep, spec = state.sweep, state.spec
         trials, shas = list(state.trials), set(state.shas)
-        checks: TrialChecks | None = None
+        checks: SubmitContext | None = None
         while len(trials) < sweep.max_trials:
             live = sum(1 for t in trials if t.status in _UNFINISHED)
             if live >= sweep.max_parallel or self._budget_spent(state, trials):
@@ -291,12 +291,12 @@ class SweepController:
         session.add(
             Event(
                 job_id=job.id,
-                type="sweep_trial",
+                type=EventType.SWEEP_TRIAL,
                 message=f"trial {number} of sweep {sweep.id}: {params}",
             )
         )
         if budget_note is not None:
-            session.add(Event(job_id=job.id, type="budget_exceeded", message=budget_note))
+            session.add(Event(job_id=job.id, type=EventType.BUDGET_EXCEEDED, message=budget_note))
         session.execute(
             update(Sweep).where(Sweep.id == sweep.id).values(message=f"sampled trial {number}")
         )
@@ -327,15 +327,10 @@ class SweepController:
             )
         return spent
 
-    def _checks(self, team: str) -> TrialChecks:
+    def _checks(self, team: str) -> SubmitContext:
         roots = self.db.read(lambda s: roots_for(s, team=team))
-        return TrialChecks(
-            data_roots=[*self.settings.data_roots, *roots],
-            cluster=self.launcher.cluster(),
-            allow_pickle_weights=self.settings.allow_pickle_weights,
-            ecosystem=policy_from_settings(self.settings),
-            storage=self.settings.storage,
-            data_buckets=tuple(self.settings.data_buckets),
+        return SubmitContext.from_settings(
+            self.settings, team_roots=roots, cluster=self.launcher.cluster()
         )
 
     def _maybe_finish(self, session: Session, sweep_id: str, report: SweepTickReport) -> None:

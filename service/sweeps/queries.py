@@ -16,15 +16,16 @@ from datetime import UTC, datetime
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.accounts.budgets import usage_seconds
 from service.db.engine import Database
-from service.db.models import Job, MetricPoint, Sweep, SweepTrial, utcnow_py
-from service.db.paging import decode_cursor, encode_cursor
-from service.errors import Conflict, NotFound
+from service.db.paging import keyset_page
+from service.db.rows import from_row
+from service.db.tables import Job, MetricPoint, Sweep, SweepTrial, utcnow_py
+from service.errors import Conflict
 from service.jobs.queries import cancel_job
 from service.launch import Launcher
-from service.schemas import SweepRead, SweepsPage, TrialRead
+from service.schemas.sweeps import SweepRead, SweepsPage, TrialRead
 from shunter.jobspec.sweep import objective_metric
 
 __all__ = [
@@ -40,10 +41,7 @@ _LIVE = ("queued", "starting", "running", "cancelling", "paused")
 
 
 def visible_sweep(session: Session, *, principal: Principal, sweep_id: str) -> Sweep:
-    sweep = session.get(Sweep, sweep_id)
-    if sweep is None or not principal.sees_team(sweep.team):
-        raise NotFound(f"sweep {sweep_id} not found")
-    return sweep
+    return visible(principal, session.get(Sweep, sweep_id), f"sweep {sweep_id}")
 
 
 def objective_values(
@@ -73,17 +71,14 @@ def _trial_read(
         pick = max if maximize else min
         best_step = pick(values, key=lambda s: (values[s], -s) if maximize else (values[s], s))
         best = values[best_step]
-    return TrialRead(
-        number=t.number,
-        job_id=t.job_id,
+    return from_row(
+        TrialRead,
+        t,
         status=job.status,
-        params=t.params,
         objective=objective,
         objective_step=step,
         best_value=best,
         best_step=best_step,
-        pruned_at_step=t.pruned_at_step,
-        created_at=t.created_at,
     )
 
 
@@ -111,22 +106,14 @@ def sweep_read(session: Session, sweep: Sweep, *, with_trials: bool = True) -> S
         until=datetime.now(UTC),
         job_ids=[j.id for _, j in rows],
     ) if rows else (0.0, 0.0, 0)  # fmt: skip
-    return SweepRead(
-        id=sweep.id,
-        name=sweep.name,
-        team=sweep.team,
-        status=sweep.status,
-        message=sweep.message,
+    return from_row(
+        SweepRead,
+        sweep,
         objective=metric,
         direction=d["direction"],
-        max_trials=sweep.max_trials,
-        max_parallel=sweep.max_parallel,
         sampler=d["sampler"],
         pruner=d["pruner"],
         definition={k: v for k, v in d.items() if k != "eval_steps"},
-        created_by=sweep.created_by,
-        created_at=sweep.created_at,
-        finished_at=sweep.finished_at,
         counts=dict(Counter(t.status for t in trials)),
         gpu_hours_used=round(gpu_s / 3600, 6),
         cpu_hours_used=round(cpu_s / 3600, 6),
@@ -143,14 +130,12 @@ def list_sweeps(
     session: Session, *, principal: Principal, limit: int, cursor: str | None
 ) -> SweepsPage:
     """The caller's team's sweeps (an admin's: all), newest first, without their trials."""
-    q = select(Sweep).order_by(Sweep.id.desc()).limit(limit + 1)
+    q = select(Sweep).order_by(Sweep.id.desc())
     if not principal.is_admin:
         q = q.where(Sweep.team == principal.team)
-    if cursor:
-        q = q.where(Sweep.id < decode_cursor(cursor, str))
-    rows = list(session.execute(q).scalars())
-    page = rows[:limit]
-    nxt = encode_cursor(page[-1].id) if len(rows) > limit and page else None
+    page, nxt = keyset_page(
+        session, q, Sweep.id, cursor=cursor, limit=limit, kind=str, newest_first=True
+    )
     return SweepsPage(
         data=[sweep_read(session, s, with_trials=False) for s in page], next_cursor=nxt
     )

@@ -11,13 +11,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import Job, Sweep, SweepTrial
-from service.jobs.preemption import request_preemption
+from service.db.tables import Job, Sweep, SweepTrial
+from service.jobs.checkpoint_now import request_preemption
 from service.jobs.states import JobStatus, transition
 from service.sweeps.queries import objective_values
 from service.sweeps.study import TrialView
 from service.sweeps.submit import sweep_spec
 from shunter.jobspec.sweep import SweepSpec, objective_metric
+from shunter.jobspec.vocab import EventType
 
 __all__ = ["SweepState", "load_state", "params_sha256", "prune_detail", "stop_pruned"]
 
@@ -55,7 +56,7 @@ def stop_pruned(session: Session, *, job_id: str, detail: str) -> bool:
             job_id=job_id,
             to=JobStatus.PRUNED,
             expect_from=set(_PRUNABLE_NOW),
-            event_type="pruned",
+            event_type=EventType.PRUNED,
             message=detail,
             values={"pending_reason": None, "queue_position": None},
         )

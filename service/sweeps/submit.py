@@ -15,38 +15,34 @@ sampled spec passes the same checks again before its job is queued.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from service.accounts.auth import Principal, require_writer
 from service.db.engine import Database
-from service.db.models import Sweep
+from service.db.ids import sortable_id
+from service.db.tables import Sweep
 from service.errors import Unprocessable
-from service.jobs.hub import EcosystemPolicy
-from service.jobs.submit import job_inputs, parse_document, team_checks, validate_document
-from service.launch import ClusterResources
+from service.jobs.submit import (
+    SubmitContext,
+    job_inputs,
+    parse_document,
+    team_checks,
+    validate_document,
+)
 from shunter.jobspec import FieldError, JobSpec, format_spec_errors
 from shunter.jobspec.rules import best_metric_names, effective_eval_steps
 from shunter.jobspec.sweep import SweepSpec, check_sweep, corner_points, trial_document
 
-__all__ = ["TrialChecks", "check_trial", "create_sweep", "new_sweep_id", "sweep_spec"]
-
-_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+__all__ = ["check_trial", "create_sweep", "new_sweep_id", "sweep_spec"]
 
 
 def new_sweep_id() -> str:
-    """``swp-`` + 48-bit millisecond time + 80 random bits, Crockford base32: sorts by time."""
-    value = (int(time.time() * 1000) << 80) | secrets.randbits(80)
-    chars = []
-    for _ in range(26):
-        value, rem = divmod(value, 32)
-        chars.append(_CROCKFORD[rem])
-    return "swp-" + "".join(reversed(chars))
+    """``swp-`` and 26 characters that sort by creation time (``service.db.ids``)."""
+    return sortable_id("swp")
 
 
 def _unprocessable(errors: list[FieldError]) -> Unprocessable:
@@ -60,27 +56,13 @@ def _field_errors(exc: Unprocessable) -> list[FieldError]:
     return out or [FieldError("(root)", exc.message)]
 
 
-@dataclass(frozen=True, kw_only=True)
-class TrialChecks:
-    """What validating a trial spec needs from the server (as a job submit)."""
-
-    data_roots: list[Path]
-    cluster: ClusterResources | None  # None: never read; the scheduler checks the fit
-    allow_pickle_weights: bool = False
-    ecosystem: EcosystemPolicy | None = None
-    storage: str = ""  # the storage root: ds-/mdl- objects and its bucket (service.objects)
-    data_buckets: tuple[str, ...] = ()
-
-
-def check_trial(document: Any, checks: TrialChecks) -> JobSpec:
+def check_trial(document: Any, checks: SubmitContext) -> JobSpec:
     """Pass 1 and pass 2 of a trial's spec document (``Unprocessable`` listing errors)."""
-    return validate_document(
-        document,
-        data_roots=checks.data_roots,
-        cluster=checks.cluster,
-        allow_pickle_weights=checks.allow_pickle_weights,
-        ecosystem=checks.ecosystem,
-    )
+    # As a submit checks it, with the admin's accelerator types (SHUNTER_ACCELERATOR_TYPES:
+    # the names and card memories the memory plan is checked against, so a trial is narrowed
+    # to the cards that hold it as its job would be), less the note on a cluster view Ray
+    # could not refresh.
+    return validate_document(document, replace(checks, cluster_note=None))
 
 
 def sweep_spec(definition: Mapping[str, Any]) -> SweepSpec:
@@ -116,7 +98,7 @@ def _objective_errors(spec: SweepSpec, base: JobSpec) -> list[FieldError]:
     return errors
 
 
-def _space_errors(spec: SweepSpec, checks: TrialChecks, session_check: Any) -> list[FieldError]:
+def _space_errors(spec: SweepSpec, checks: SubmitContext, session_check: Any) -> list[FieldError]:
     """Validate the trial spec of every corner point; name the parameters that broke it."""
     errors: dict[str, FieldError] = {}
     for point in corner_points(spec.space):
@@ -148,7 +130,7 @@ def create_sweep(
     principal: Principal,
     raw: bytes,
     content_type: str | None,
-    checks: TrialChecks,
+    checks: SubmitContext,
 ) -> Sweep:
     """Check the sweep completely (422 naming the field; 403 for a spent hard budget) and
     store it ``running``; the controller samples its trials."""

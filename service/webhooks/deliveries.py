@@ -9,34 +9,26 @@ from __future__ import annotations
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import WebhookDelivery, WebhookEndpoint
-from service.db.paging import decode_cursor, encode_cursor
+from service.db.paging import keyset_page
+from service.db.rows import from_row
 from service.db.sqltime import utcnow
+from service.db.tables import WebhookDelivery, WebhookEndpoint
 from service.errors import Conflict, NotFound
-from service.schemas import WebhookDeliveriesPage, WebhookDeliveryRead
+from service.schemas.webhooks import WebhookDeliveriesPage, WebhookDeliveryRead
 from service.webhooks.events import event_id
 
 __all__ = ["delivery_read", "get_delivery", "list_deliveries", "resend"]
 
 
 def delivery_read(d: WebhookDelivery) -> WebhookDeliveryRead:
-    return WebhookDeliveryRead(
+    return from_row(
+        WebhookDeliveryRead,
+        d,
         id=d.msg_id,
         event_id=event_id(d.job_id, d.event_key),
-        endpoint_id=d.endpoint_id,
-        team=d.team,
-        job_id=d.job_id,
-        type=d.type,
-        status=d.status,
-        attempts=d.attempts,
         next_attempt_at=d.next_attempt_at if d.status == "pending" else None,
-        last_attempt_at=d.last_attempt_at,
-        last_status_code=d.last_status_code,
-        last_error=d.last_error,
-        delivered_at=d.delivered_at,
-        created_at=d.created_at,
     )
 
 
@@ -52,7 +44,7 @@ def list_deliveries(
     cursor: str | None = None,
 ) -> WebhookDeliveriesPage:
     """Newest first; the caller's team's (an admin: ``team``'s, or every team's)."""
-    stmt = select(WebhookDelivery).order_by(WebhookDelivery.id.desc()).limit(limit + 1)
+    stmt = select(WebhookDelivery).order_by(WebhookDelivery.id.desc())
     if team is not None or not principal.is_admin:
         wanted = team or principal.team
         if not principal.sees_team(wanted):
@@ -64,25 +56,17 @@ def list_deliveries(
         stmt = stmt.where(WebhookDelivery.endpoint_id == endpoint_id)
     if status is not None:
         stmt = stmt.where(WebhookDelivery.status == status)
-    after = decode_cursor(cursor, int)
-    if after is not None:
-        stmt = stmt.where(WebhookDelivery.id < after)
-    rows = list(session.execute(stmt).scalars())
-    more = len(rows) > limit
-    rows = rows[:limit]
-    return WebhookDeliveriesPage(
-        data=[delivery_read(d) for d in rows],
-        next_cursor=encode_cursor(rows[-1].id) if more and rows else None,
+    rows, nxt = keyset_page(
+        session, stmt, WebhookDelivery.id, cursor=cursor, limit=limit, newest_first=True
     )
+    return WebhookDeliveriesPage(data=[delivery_read(d) for d in rows], next_cursor=nxt)
 
 
 def _owned(session: Session, principal: Principal, msg_id: str) -> WebhookDelivery:
     d = session.execute(
         select(WebhookDelivery).where(WebhookDelivery.msg_id == msg_id)
     ).scalar_one_or_none()
-    if d is None or not principal.sees_team(d.team):
-        raise NotFound(f"webhook delivery {msg_id} not found")
-    return d
+    return visible(principal, d, f"webhook delivery {msg_id}")
 
 
 def get_delivery(session: Session, *, principal: Principal, msg_id: str) -> WebhookDeliveryRead:

@@ -15,11 +15,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.accounts.auth import Principal, require_writer
+from service.accounts.auth import Principal, require_writer, visible
 from service.db.engine import Database
-from service.db.models import Team, WebhookEndpoint, utcnow_py
+from service.db.rows import from_row
+from service.db.tables import Team, WebhookEndpoint, utcnow_py
 from service.errors import Conflict, Forbidden, NotFound
-from service.schemas import (
+from service.schemas.webhooks import (
     WebhookEndpointCreate,
     WebhookEndpointCreated,
     WebhookEndpointPatch,
@@ -44,20 +45,12 @@ __all__ = [
 
 
 def endpoint_read(ep: WebhookEndpoint) -> WebhookEndpointRead:
-    return WebhookEndpointRead(
-        id=ep.id,
-        team=ep.team,
-        url=ep.url,
-        description=ep.description,
+    return from_row(
+        WebhookEndpointRead,
+        ep,
         events=list(ep.events or []),
         enabled=ep.disabled_at is None,
-        disabled_at=ep.disabled_at,
-        disabled_reason=ep.disabled_reason,
-        failures=ep.failures,
-        failing_since=ep.failing_since,
         previous_secret_valid_until=ep.previous_secret_until if ep.previous_secret else None,
-        created_by=ep.created_by,
-        created_at=ep.created_at,
     )
 
 
@@ -71,9 +64,7 @@ def _team_of(principal: Principal, team: str | None) -> str:
 
 def _owned(session: Session, principal: Principal, endpoint_id: str) -> WebhookEndpoint:
     ep = session.get(WebhookEndpoint, endpoint_id)
-    if ep is None or not principal.sees_team(ep.team):
-        raise NotFound(f"webhook endpoint {endpoint_id} not found")
-    return ep
+    return visible(principal, ep, f"webhook endpoint {endpoint_id}")
 
 
 def create_endpoint(

@@ -21,16 +21,15 @@ import secrets
 import threading
 import weakref
 from collections.abc import Mapping
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, event, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Mapper, Session, object_session
 
-from service.db.models import Event, Job, WebhookDelivery, WebhookEndpoint, utcnow_py
 from service.db.sqltime import utcnow
-from service.webhooks.events import payload, webhook_type
+from service.db.tables import Event, Job, WebhookDelivery, WebhookEndpoint, utcnow_py
+from service.webhooks.events import WebhookEvent, payload, webhook_type
 
 __all__ = ["enqueue", "enqueue_in", "new_msg_id", "notify_types", "waker"]
 
@@ -58,17 +57,9 @@ def notify_types(spec: Mapping[str, Any] | None) -> dict[str, set[str]]:
     return wanted
 
 
-def enqueue(
-    conn: Connection,
-    *,
-    job_id: str,
-    event_key: str,
-    type_: str,
-    created_at: datetime,
-    message: str = "",
-    extra: Mapping[str, Any] | None = None,
-) -> int:
-    """Queue ``type_`` for every endpoint that wants it; return how many rows were new."""
+def enqueue(conn: Connection, *, job_id: str, webhook: WebhookEvent) -> int:
+    """Queue ``webhook`` for every endpoint that wants its type; return how many rows were new."""
+    type_ = webhook.type_
     job = (
         conn.execute(
             select(
@@ -100,10 +91,7 @@ def enqueue(
     ]
     if not targets:
         return 0
-    body = payload(
-        job=dict(job), type_=type_, event_key=event_key, created_at=created_at, message=message,
-        extra=extra,
-    )  # fmt: skip
+    body = payload(job=dict(job), webhook=webhook)
     insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     added = 0
     for endpoint_id in targets:
@@ -114,7 +102,7 @@ def enqueue(
                 endpoint_id=endpoint_id,
                 team=job["team"],
                 job_id=job_id,
-                event_key=event_key,
+                event_key=webhook.event_key,
                 type=type_,
                 body=body,
                 status="pending",
@@ -154,14 +142,13 @@ def _after_event_insert(_mapper: Mapper[Event], conn: Connection, target: Event)
     type_ = webhook_type(event_type=target.type, to_status=target.to_status)
     if type_ is None:
         return
-    added = enqueue(
-        conn,
-        job_id=target.job_id,
-        event_key=f"event-{target.id}",
+    webhook = WebhookEvent(
         type_=type_,
+        event_key=f"event-{target.id}",
         created_at=target.time or utcnow_py(),
         message=target.message or "",
     )
+    added = enqueue(conn, job_id=target.job_id, webhook=webhook)
     session = object_session(target)
     if added and session is not None:
         session.info[_QUEUED] = True

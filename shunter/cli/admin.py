@@ -5,22 +5,24 @@ Shares options, output and exit codes with :mod:`shunter.cli.jobs` (via ``user_c
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from shunter.cli.common import (
-    JsonOpt,
-    TokenOpt,
-    UrlOpt,
+    Opts,
     api,
+    common_options,
     dump,
-    merge_opts,
+    emit,
+    grid,
     out,
     print_json,
+    reply,
 )
-from shunter.client.models import TeamBudget
+from shunter.client.responses import NodeCordon, Team, TeamBudget, TokenInfo
 
 __all__ = ["admin_app"]
 
@@ -33,8 +35,15 @@ admin_app.add_typer(team_app, name="team")
 admin_app.add_typer(token_app, name="token")
 
 
+def _given(**values: Any) -> dict[str, Any]:
+    """The keyword arguments that were given (not None)."""
+    return {key: value for key, value in values.items() if value is not None}
+
+
 @team_app.command("create")
+@common_options
 def team_create(
+    opts: Opts,
     name: Annotated[str, typer.Argument(help="Team name.")],
     quota_gpus: Annotated[float | None, typer.Option(help="Most GPUs the team may hold.")] = None,
     quota_cpus: Annotated[float | None, typer.Option(help="Most CPUs the team may hold.")] = None,
@@ -42,46 +51,39 @@ def team_create(
         int | None, typer.Option(help="Most jobs the team may run at once.")
     ] = None,
     weight: Annotated[float | None, typer.Option(help="Fair-share weight.")] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Create a team."""
-    opts = merge_opts(url, token, json_)
-    quota: dict[str, Any] = {}
     # The API's Quota object: {max_gpus, max_cpus, max_running_jobs}, each optional.
-    for key, value in (
-        ("max_gpus", quota_gpus),
-        ("max_cpus", quota_cpus),
-        ("max_running_jobs", quota_jobs),
-    ):
-        if value is not None:
-            quota[key] = value
+    quota = _given(max_gpus=quota_gpus, max_cpus=quota_cpus, max_running_jobs=quota_jobs)
     with api(opts) as client:
         team = client.create_team(name, quota=quota or None, weight=weight)
-    print_json(dump(team)) if opts.json else out.print(f"created team [bold]{team.name}[/]")
+    reply(opts, team, lambda t: f"created team [bold]{t.name}[/]")
 
 
 @team_app.command("list")
-def team_list(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+@common_options
+def team_list(opts: Opts) -> None:
     """List teams."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        teams = client.teams()
-    if opts.json:
-        print_json(dump(teams))
-        return
-    table = Table(title="Teams", title_justify="left")
-    for col in ("NAME", "QUOTA", "WEIGHT", "MAX PRIORITY"):
-        table.add_column(col)
-    for t in teams:
-        weight = str(t.weight if t.weight is not None else "-")
-        table.add_row(t.name, str(t.quota or "-"), weight, t.max_priority or "-")
-    out.print(table)
+    emit(opts, lambda client: client.teams(), _teams_table)
+
+
+def _teams_table(teams: list[Team]) -> Table:
+    rows = (
+        (
+            t.name,
+            str(t.quota or "-"),
+            str("-" if t.weight is None else t.weight),
+            t.max_priority or "-",
+        )
+        for t in teams
+    )
+    return grid("Teams", ("NAME", "QUOTA", "WEIGHT", "MAX PRIORITY"), rows)
 
 
 @team_app.command("patch")
+@common_options
 def team_patch(
+    opts: Opts,
     name: Annotated[str, typer.Argument(help="Team name.")],
     weight: Annotated[float | None, typer.Option(help="Fair-share weight (> 0).")] = None,
     quota_gpus: Annotated[float | None, typer.Option(help="Most GPUs it may hold.")] = None,
@@ -108,34 +110,19 @@ def team_patch(
         str, typer.Option(help="Past the budget: hard (403) | soft (queue at low).")
     ] = "hard",
     no_budget: Annotated[bool, typer.Option(help="Remove the team's budget.")] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Change a team's weight, quota, max priority or budget; applies on the next tick."""
-    opts = merge_opts(url, token, json_)
     budget: dict[str, Any] | None = None
     if budget_gpu_hours is not None or budget_cpu_hours is not None:
-        budget = {"period": budget_period, "mode": budget_mode}
-        for key, value in (
-            ("gpu_hours", budget_gpu_hours),
-            ("cpu_hours", budget_cpu_hours),
-            ("starts", budget_starts),
-        ):
-            if value is not None:
-                budget[key] = value
+        budget = {"period": budget_period, "mode": budget_mode} | _given(
+            gpu_hours=budget_gpu_hours, cpu_hours=budget_cpu_hours, starts=budget_starts
+        )
     keys = {"gpus": "max_gpus", "cpus": "max_cpus", "jobs": "max_running_jobs"}
     quota: dict[str, Any] = {keys[k]: None for k in unlimited or [] if k in keys}
     bad = [k for k in unlimited or [] if k not in keys]
     if bad:
         raise typer.BadParameter(f"--unlimited takes gpus, cpus or jobs, not {bad[0]!r}")
-    for key, value in (
-        ("max_gpus", quota_gpus),
-        ("max_cpus", quota_cpus),
-        ("max_running_jobs", quota_jobs),
-    ):
-        if value is not None:
-            quota[key] = value
+    quota |= _given(max_gpus=quota_gpus, max_cpus=quota_cpus, max_running_jobs=quota_jobs)
     with api(opts) as client:
         team = client.patch_team(
             name,
@@ -145,12 +132,13 @@ def team_patch(
             budget=budget,
             clear_budget=no_budget,
         )
-    if opts.json:
-        print_json(dump(team))
-        return
-    out.print(
-        f"team [bold]{team.name}[/]: weight {team.weight}, quota {team.quota or '-'}, "
-        f"max_priority {team.max_priority}"
+    reply(
+        opts,
+        team,
+        lambda t: (
+            f"team [bold]{t.name}[/]: weight {t.weight}, quota {t.quota or '-'}, "
+            f"max_priority {t.max_priority}"
+        ),
     )
 
 
@@ -168,28 +156,20 @@ def _budget_text(b: TeamBudget | None) -> str:
 
 
 @admin_app.command("usage")
+@common_options
 def usage(
+    opts: Opts,
     teams: Annotated[list[str] | None, typer.Argument(help="Teams (default: all you see).")] = None,
     since: Annotated[
         str | None, typer.Option(help="ISO 8601 start, e.g. 2026-11-01T00:00:00Z.")
     ] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """GPU- and CPU-seconds each team's jobs held (since a time)."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         names = teams or [t.name for t in client.teams()]
         rows = [client.team_usage(n, since=since) for n in names]
-    if opts.json:
-        print_json(dump(rows))
-        return
-    table = Table(title="Usage" + (f" since {since}" if since else ""), title_justify="left")
-    for col in ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS", "OWED (CLUSTER-HOURS)", "BUDGET"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
+    cells = (
+        (
             r.team,
             f"{r.gpu_seconds / 3600:.2f}",
             f"{r.cpu_seconds / 3600:.2f}",
@@ -197,20 +177,22 @@ def usage(
             f"{r.owed_share_seconds / 3600:+.2f}",
             _budget_text(r.budget),
         )
-    out.print(table)
+        for r in rows
+    )
+    columns = ("TEAM", "GPU-HOURS", "CPU-HOURS", "ATTEMPTS", "OWED (CLUSTER-HOURS)", "BUDGET")
+    title = "Usage" + (f" since {since}" if since else "")
+    reply(opts, rows, lambda _: grid(title, columns, cells))
 
 
 @token_app.command("create")
+@common_options
 def token_create(
+    opts: Opts,
     team: Annotated[str, typer.Option(help="Team the token acts for.")],
     name: Annotated[str, typer.Option(help="A label, e.g. the person or robot using it.")],
     role: Annotated[str, typer.Option(help="admin | member | viewer.")] = "member",
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Issue a token. Its secret is printed once and never again."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         issued = client.create_token(team=team, role=role, name=name)
     if opts.json:
@@ -222,35 +204,30 @@ def token_create(
 
 
 @token_app.command("list")
-def token_list(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+@common_options
+def token_list(opts: Opts) -> None:
     """List tokens (never their secrets)."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        tokens = client.tokens()
-    if opts.json:
-        print_json(dump(tokens))
-        return
-    table = Table(title="Tokens", title_justify="left")
-    for col in ("ID", "NAME", "TEAM", "ROLE", "REVOKED"):
-        table.add_column(col)
-    for t in tokens:
-        revoked = t.revoked_at.isoformat(timespec="seconds") if t.revoked_at else "-"
-        table.add_row(str(t.id), t.name, t.team or "-", t.role, revoked)
-    out.print(table)
+    emit(opts, lambda client: client.tokens(), _tokens_table)
+
+
+def _tokens_table(tokens: list[TokenInfo]) -> Table:
+    rows = (
+        (str(t.id), t.name, t.team or "-", t.role, _when(t.revoked_at) if t.revoked_at else "-")
+        for t in tokens
+    )
+    return grid("Tokens", ("ID", "NAME", "TEAM", "ROLE", "REVOKED"), rows)
 
 
 @admin_app.command("gc")
+@common_options
 def gc(
+    opts: Opts,
     older_than: Annotated[
         str, typer.Option("--older-than", help="Age of finished jobs to delete: 30d, 12h, 2w.")
     ],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List them; delete nothing.")] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Delete finished jobs (rows and storage) older than --older-than; each is audited."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         result = client.gc(older_than, dry_run=dry_run)
     if opts.json:
@@ -262,57 +239,58 @@ def gc(
 
 
 @token_app.command("revoke")
+@common_options
 def token_revoke(
+    opts: Opts,
     token_id: Annotated[str, typer.Argument(help="Token id.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Revoke a token; requests with it get 401 from then on."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         client.revoke_token(token_id)
-    print_json({"revoked": token_id}) if opts.json else out.print(f"revoked {token_id}")
+    reply(opts, {"revoked": token_id}, lambda _: f"revoked {token_id}")
 
 
 @admin_app.command("nodes")
-def nodes(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+@common_options
+def nodes(opts: Opts) -> None:
     """Nodes the straggler watch flagged; cordoned ones get no new job until the time shown."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        rows = client.nodes()
-    if opts.json:
-        print_json(dump(rows))
-        return
-    table = Table(title="Flagged nodes", title_justify="left")
-    for col in ("NODE", "IP", "CORDONED UNTIL", "FLAGS", "TOTAL", "LAST JOB", "REASON"):
-        table.add_column(col)
-    for n in rows:
-        until = n.cordoned_until.isoformat(timespec="seconds") if n.cordoned_until else "-"
-        until = until if n.cordoned else f"- (was {until})" if n.cordoned_until else "-"
-        table.add_row(
+    emit(opts, lambda client: client.nodes(), _nodes_table)
+
+
+def _nodes_table(rows: list[NodeCordon]) -> Table:
+    cells = (
+        (
             n.node_id,
             n.node_ip or "-",
-            until,
+            _cordon_text(n.cordoned, n.cordoned_until),
             str(n.flags),
             str(n.total_flags),
             n.last_job_id or "-",
             n.reason or "-",
         )
-    out.print(table)
+        for n in rows
+    )
+    columns = ("NODE", "IP", "CORDONED UNTIL", "FLAGS", "TOTAL", "LAST JOB", "REASON")
+    return grid("Flagged nodes", columns, cells)
+
+
+def _when(at: datetime) -> str:
+    return at.isoformat(timespec="seconds")
+
+
+def _cordon_text(cordoned: bool, until: datetime | None) -> str:
+    if until is None:
+        return "-"
+    return _when(until) if cordoned else f"- (was {_when(until)})"
 
 
 @admin_app.command("uncordon")
+@common_options
 def uncordon(
+    opts: Opts,
     node_id: Annotated[str, typer.Argument(help="The Ray node id.")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """End a node's straggler cordon now and clear its flags."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         client.uncordon(node_id)
-    print_json({"node_id": node_id, "cordoned": False}) if opts.json else out.print(
-        f"node {node_id} uncordoned"
-    )
+    reply(opts, {"node_id": node_id, "cordoned": False}, lambda _: f"node {node_id} uncordoned")

@@ -7,9 +7,11 @@ Exit codes are documented in :mod:`shunter.cli.jobs`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from shunter.cli.overrides import OverrideError, apply_overrides
 from shunter.client import (
@@ -30,7 +33,7 @@ from shunter.client import (
     ValidationError,
 )
 from shunter.client.errors import APIError
-from shunter.client.models import Job
+from shunter.client.responses import Job
 
 __all__ = [
     "EXIT",
@@ -41,16 +44,20 @@ __all__ = [
     "TokenOpt",
     "UrlOpt",
     "api",
+    "common_options",
     "dump",
+    "emit",
     "err",
     "fail",
     "fail_invalid",
     "fail_validation",
+    "grid",
     "job_exit",
     "merge_opts",
     "out",
     "print_json",
     "read_spec",
+    "reply",
     "set_root_opts",
     "spec_error_lines",
 ]
@@ -90,6 +97,39 @@ def set_root_opts(opts: Opts) -> None:
 def merge_opts(url: str | None, token: str | None, as_json: bool) -> Opts:
     """Command-level options win over root-level ones."""
     return Opts(url=url or ROOT.url, token=token or ROOT.token, json=as_json or ROOT.json)
+
+
+def common_options(fn: Callable[..., None]) -> Callable[..., None]:
+    """Give a command the common ``--url``/``--token``/``--json`` options, declared here once.
+
+    ``fn`` takes the merged :class:`Opts` as its first parameter; the command Typer sees has
+    ``fn``'s other parameters followed by the three options, and calls ``fn`` with them merged.
+    """
+    params = list(inspect.signature(fn, eval_str=True).parameters.values())[1:]
+    common = [
+        inspect.Parameter("url", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=UrlOpt),
+        inspect.Parameter(
+            "token", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=TokenOpt
+        ),
+        inspect.Parameter(
+            "json_", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=JsonOpt
+        ),
+    ]
+
+    @functools.wraps(fn)
+    def command(
+        *args: Any,
+        url: str | None = None,
+        token: str | None = None,
+        json_: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        fn(merge_opts(url, token, json_), *args, **kwargs)
+
+    sig = inspect.Signature([*params, *common], return_annotation=None)
+    command.__signature__ = sig  # type: ignore[attr-defined]
+    command.__annotations__ = {p.name: p.annotation for p in sig.parameters.values()}
+    return command
 
 
 out = Console()
@@ -202,3 +242,28 @@ def read_spec(opts: Opts, path: Path, sets: list[str] | None) -> dict[str, Any]:
 
 def _media_type(path: Path) -> str:
     return "application/json" if path.suffix.lower() == ".json" else "application/yaml"
+
+
+def reply(opts: Opts, value: Any, render: Callable[[Any], Any]) -> None:
+    """A command's answer: ``value`` as JSON (``--json``), else what ``render`` makes of it."""
+    print_json(dump(value)) if opts.json else out.print(render(value))
+
+
+def emit(opts: Opts, fetch: Callable[[Client], Any], render: Callable[[Any], Any]) -> None:
+    """One read command's body: fetch with a client, then :func:`reply` with what came."""
+    with api(opts) as client:
+        value = fetch(client)
+    reply(opts, value, render)
+
+
+def grid(
+    title: str, columns: Sequence[str], rows: Iterable[Sequence[str]], *, keep_first: bool = False
+) -> Table:
+    """A left-titled table; ``keep_first``: the first column (an id a command takes) never
+    wraps."""
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        table.add_column(col, no_wrap=True) if keep_first and i == 0 else table.add_column(col)
+    for row in rows:
+        table.add_row(*row)
+    return table

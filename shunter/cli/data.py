@@ -10,6 +10,8 @@ Exit codes as the job commands (``shunter.cli.jobs``).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +19,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shunter.cli.common import JsonOpt, TokenOpt, UrlOpt, api, dump, merge_opts, out, print_json
+from shunter.cli.common import Opts, api, common_options, emit, grid, reply
+from shunter.client import Client
 from shunter.client.objects import StoredObject
 
 __all__ = ["data_app", "models_app"]
@@ -40,88 +43,89 @@ def _size(n: int) -> str:
 
 
 def objects_table(title: str, objs: list[StoredObject]) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column("ID", no_wrap=True)
-    for col in ("NAME", "FORMAT", "ROWS", "COLUMNS", "SIZE"):
-        table.add_column(col)
-    for o in objs:
-        rows = "-" if o.rows is None else str(o.rows)
-        table.add_row(
-            o.id, escape(o.name), o.format, rows, escape(", ".join(o.columns)), _size(o.bytes)
+    rows = (
+        (
+            o.id,
+            escape(o.name),
+            o.format,
+            "-" if o.rows is None else str(o.rows),
+            escape(", ".join(o.columns)),
+            _size(o.bytes),
         )
-    return table
+        for o in objs
+    )
+    columns = ("ID", "NAME", "FORMAT", "ROWS", "COLUMNS", "SIZE")
+    return grid(title, columns, rows, keep_first=True)
 
 
-def _show(o: StoredObject) -> None:
-    out.print(f"{o.id}  {escape(o.name)}  ({o.kind}, {o.format}, {_size(o.bytes)})")
-    out.print(f"digest  {o.digest}")
+def _details(o: StoredObject) -> str:
+    lines = [f"{o.id}  {escape(o.name)}  ({o.kind}, {o.format}, {_size(o.bytes)})"]
+    lines.append(f"digest  {o.digest}")
     if o.rows is not None:
-        out.print(f"rows    {o.rows}")
+        lines.append(f"rows    {o.rows}")
     if o.columns:
-        out.print(f"columns {escape(', '.join(o.columns))}")
-    out.print(f"files   {escape(', '.join(o.files[:8]))}" + (" ..." if len(o.files) > 8 else ""))
-    for row in o.sample:
-        out.print(escape(json.dumps(row, ensure_ascii=False)[:200]))
+        lines.append(f"columns {escape(', '.join(o.columns))}")
+    lines.append(f"files   {escape(', '.join(o.files[:8]))}" + (" ..." if len(o.files) > 8 else ""))
+    lines += (escape(json.dumps(row, ensure_ascii=False)[:200]) for row in o.sample)
+    return "\n".join(lines)
 
 
-def _commands(app: typer.Typer, kind: str) -> None:
+@dataclass(frozen=True)
+class _Kind:
+    """What the commands call for one kind of stored object."""
+
+    title: str
+    push: Callable[[Client, Path, str | None], StoredObject]
+    listing: Callable[[Client], list[StoredObject]]
+    get: Callable[[Client, str], StoredObject]
+    delete: Callable[[Client, str], object]
+
+
+_KINDS = {
+    "dataset": _Kind(
+        "Datasets",
+        lambda c, path, name: c.push_dataset(path, name=name),
+        lambda c: c.datasets(),
+        lambda c, object_id: c.dataset(object_id),
+        lambda c, object_id: c.delete_dataset(object_id),
+    ),
+    "model": _Kind(
+        "Base models",
+        lambda c, path, name: c.push_model(path, name=name),
+        lambda c: c.uploaded_models(),
+        lambda c, object_id: c.uploaded_model(object_id),
+        lambda c, object_id: c.delete_model(object_id),
+    ),
+}
+
+
+def _commands(app: typer.Typer, kind: _Kind) -> None:
     @app.command("push")
-    def push(
-        path: PathArg,
-        name: NameOpt = None,
-        url: UrlOpt = None,
-        token: TokenOpt = None,
-        json_: JsonOpt = False,
-    ) -> None:
+    @common_options
+    def push(opts: Opts, path: PathArg, name: NameOpt = None) -> None:
         """Upload and check it; prints the id a spec names."""
-        opts = merge_opts(url, token, json_)
-        with api(opts) as client:
-            push_fn = client.push_dataset if kind == "dataset" else client.push_model
-            obj = push_fn(path, name=name)
-        print_json(dump(obj)) if opts.json else _show(obj)
+        emit(opts, lambda client: kind.push(client, path, name), _details)
 
     @app.command("ls")
-    def ls(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+    @common_options
+    def ls(opts: Opts) -> None:
         """Your team's, newest first."""
-        opts = merge_opts(url, token, json_)
-        with api(opts) as client:
-            objs = client.datasets() if kind == "dataset" else client.uploaded_models()
-        title = "Datasets" if kind == "dataset" else "Base models"
-        print_json(dump(objs)) if opts.json else out.print(objects_table(title, objs))
+        emit(opts, kind.listing, lambda objs: objects_table(kind.title, objs))
 
     @app.command("show")
-    def show(
-        object_id: IdArg,
-        url: UrlOpt = None,
-        token: TokenOpt = None,
-        json_: JsonOpt = False,
-    ) -> None:
+    @common_options
+    def show(opts: Opts, object_id: IdArg) -> None:
         """Format, columns, rows, files and a sample."""
-        opts = merge_opts(url, token, json_)
-        with api(opts) as client:
-            obj = (
-                client.dataset(object_id) if kind == "dataset" else client.uploaded_model(object_id)
-            )
-        print_json(dump(obj)) if opts.json else _show(obj)
+        emit(opts, lambda client: kind.get(client, object_id), _details)
 
     @app.command("rm")
-    def rm(
-        object_id: IdArg,
-        url: UrlOpt = None,
-        token: TokenOpt = None,
-        json_: JsonOpt = False,
-    ) -> None:
+    @common_options
+    def rm(opts: Opts, object_id: IdArg) -> None:
         """Remove it (jobs that used it keep its bytes until they are deleted)."""
-        opts = merge_opts(url, token, json_)
         with api(opts) as client:
-            if kind == "dataset":
-                client.delete_dataset(object_id)
-            else:
-                client.delete_model(object_id)
-        print_json({"id": object_id, "deleted": True}) if opts.json else out.print(
-            f"{object_id} removed"
-        )
+            kind.delete(client, object_id)
+        reply(opts, {"id": object_id, "deleted": True}, lambda _: f"{object_id} removed")
 
 
-_commands(data_app, "dataset")
-_commands(models_app, "model")
+_commands(data_app, _KINDS["dataset"])
+_commands(models_app, _KINDS["model"])

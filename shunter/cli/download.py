@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from shunter.cli.common import JsonOpt, TokenOpt, UrlOpt, api, merge_opts, out, print_json
+from shunter.cli.common import Opts, emit
 
 __all__ = ["download"]
 
@@ -21,6 +21,7 @@ ModelArg = Annotated[
 
 
 def download(
+    opts: Opts,
     job_id: ModelArg,
     checkpoint: Annotated[
         str,
@@ -33,15 +34,10 @@ def download(
         ),
     ] = "final",
     dest: Annotated[Path, typer.Option("--out", "-o", help="Folder to unpack into.")] = Path("."),
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Download a job's model (HF layout: from_pretrained loads the folder; PEFT for LoRA)."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        folder = client.download_model(job_id, dest, checkpoint=checkpoint)
-    if opts.json:
-        print_json({"path": str(folder)})
-    else:
-        out.print(f"model in {folder}")
+    emit(
+        opts,
+        lambda client: {"path": str(client.download_model(job_id, dest, checkpoint=checkpoint))},
+        lambda done: f"model in {done['path']}",
+    )

@@ -17,6 +17,7 @@ Exit codes (scripts rely on them)::
 from __future__ import annotations
 
 import csv
+import itertools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +35,12 @@ from shunter.cli.common import (
     TokenOpt,
     UrlOpt,
     api,
+    common_options,
     dump,
+    emit,
     fail,
     fail_validation,
     job_exit,
-    merge_opts,
     out,
     print_json,
     read_spec,
@@ -58,7 +60,7 @@ from shunter.cli.render import (
 from shunter.cli.reproduce import clone, diff
 from shunter.cli.watch import Watcher
 from shunter.client import Client
-from shunter.client.models import DryRun, Job
+from shunter.client.responses import DryRun, Job
 
 __all__ = ["register"]
 
@@ -75,6 +77,7 @@ def _watch(opts: Opts, client: Client, job_id: str, poll: float) -> Job:
 
 
 def submit(
+    opts: Opts,
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     set_: SetOpt = None,
     watch: Annotated[bool, typer.Option("--watch", help="Follow the job until it ends.")] = False,
@@ -83,12 +86,8 @@ def submit(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate on the server and print the plan only.")
     ] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Submit a job spec; print the queued job (or follow it with --watch)."""
-    opts = merge_opts(url, token, json_)
     # Without overrides the file goes to the server as it is, so the server reads it;
     # with them, it is parsed (by the server's parser), edited and sent as JSON.
     document: Path | dict[str, Any] = read_spec(opts, spec, set_) if set_ else spec
@@ -120,70 +119,50 @@ def _server_dry_run(opts: Opts, document: Path | dict[str, Any], spec: Path) -> 
 
 
 def jobs(
+    opts: Opts,
     status: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
     name: Annotated[str | None, typer.Option(help="Only jobs with this name.")] = None,
     limit: Annotated[int, typer.Option(help="Show at most this many.")] = 50,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """List your team's jobs."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        items = []
-        for job in client.list(status=status, name=name, limit=min(limit, 200)):
-            items.append(job)
-            if len(items) >= limit:
-                break
-    print_json(dump(items)) if opts.json else out.print(jobs_table(items))
+
+    def first(client: Client) -> list[Job]:
+        pages = client.list(status=status, name=name, limit=min(limit, 200))
+        return list(itertools.islice(pages, limit))
+
+    emit(opts, first, jobs_table)
 
 
-def show(
-    job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+def show(opts: Opts, job_id: JobArg) -> None:
     """Show one job."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        job = client.get(job_id)
-    print_json(dump(job)) if opts.json else out.print(job_detail(job))
+    emit(opts, lambda client: client.get(job_id), job_detail)
 
 
 def _action(name: str, fn: Callable[[Client, str], Job]) -> Callable[..., None]:
-    def command(
-        job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-    ) -> None:
-        opts = merge_opts(url, token, json_)
-        with api(opts) as client:
-            job = fn(client, job_id)
-        print_json(dump(job)) if opts.json else out.print(f"{job.id}: {job.status}")
+    def command(opts: Opts, job_id: JobArg) -> None:
+        emit(opts, lambda client: fn(client, job_id), lambda job: f"{job.id}: {job.status}")
 
     command.__doc__ = f"{name.capitalize()} a job."
     return command
 
 
 def watch(
+    opts: Opts,
     job_id: JobArg,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 1.0,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Live view of a job until it ends; exit 0 if it succeeded, 1 if it failed or was cancelled."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         job = _watch(opts, client, job_id, poll)
     job_exit(job)
 
 
 def stacks(
+    opts: Opts,
     job_id: JobArg,
     attempt: Annotated[int, typer.Option(help="The attempt that hung (see its hung event).")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Print every rank's Python stacks, dumped when the service found the attempt hung."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         text = client.stacks(job_id, attempt=attempt)
     if opts.json:
@@ -193,17 +172,14 @@ def stacks(
 
 
 def logs(
+    opts: Opts,
     job_id: JobArg,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Stream new output until the job ends.")
     ] = False,
     tail: Annotated[int | None, typer.Option(help="Only the last N bytes.")] = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Print the job's output (driver and workers), kept by the server after Ray is gone."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         if tail is not None or opts.json:
             text = client.logs(job_id, tail=tail)
@@ -246,57 +222,54 @@ def _write_new(text: str, before: str) -> None:
 
 
 def metrics(
+    opts: Opts,
     job_id: JobArg,
     name: Annotated[str | None, typer.Option(help="Only this metric, e.g. loss.")] = None,
-    as_csv: Annotated[bool, typer.Option("--csv", help="CSV: step,name,value,time.")] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
+    as_csv: Annotated[
+        bool,
+        typer.Option("--csv", help="CSV: step,name,value,time (then attempt: --all-attempts)."),
+    ] = False,
+    all_attempts: Annotated[
+        bool,
+        typer.Option(
+            "--all-attempts",
+            help="Every attempt's points (a step re-run after a resume comes once per attempt; "
+            "by default once, from the newest attempt that ran it).",
+        ),
+    ] = False,
 ) -> None:
-    """Print a job's metric points."""
-    opts = merge_opts(url, token, json_)
+    """Print a job's metric points: each step once, from the newest attempt that ran it."""
     with api(opts) as client:
-        points = list(client.metrics(job_id, name=name))
+        points = list(client.metrics(job_id, name=name, all_attempts=all_attempts))
     if opts.json:
         print_json(dump(points))
     elif as_csv:
         w = csv.writer(sys.stdout, lineterminator="\n")
-        w.writerow(["step", "name", "value", "time"])
+        w.writerow(["step", "name", "value", "time", *(["attempt"] if all_attempts else [])])
         for p in points:
-            w.writerow([p.step, p.name, p.value, p.time.isoformat() if p.time else ""])
+            row: list[Any] = [p.step, p.name, p.value, p.time.isoformat() if p.time else ""]
+            w.writerow([*row, p.attempt or ""] if all_attempts else row)
     else:
-        out.print(metrics_table(points))
+        out.print(metrics_table(points, by_attempt=all_attempts))
 
 
-def checkpoints(
-    job_id: JobArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+def checkpoints(opts: Opts, job_id: JobArg) -> None:
     """List a job's checkpoints."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        items = client.checkpoints(job_id)
-    print_json(dump(items)) if opts.json else out.print(checkpoints_table(items))
+    emit(opts, lambda client: client.checkpoints(job_id), checkpoints_table)
 
 
-def queue(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+def queue(opts: Opts) -> None:
     """Show queued jobs in order, with why each is waiting."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        items = client.queue()
-    print_json(dump(items)) if opts.json else out.print(queue_table(items))
+    emit(opts, lambda client: client.queue(), queue_table)
 
 
-def ray_status(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+def ray_status(opts: Opts) -> None:
     """Show the Ray cluster the service schedules on: nodes, free/total CPUs and GPUs."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        cluster = client.cluster()
-    print_json(dump(cluster)) if opts.json else out.print(cluster_table(cluster))
+    emit(opts, lambda client: client.cluster(), cluster_table)
 
 
-def whoami(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+def whoami(opts: Opts) -> None:
     """Show the team and role of the token in use."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         me = client.whoami()
     print_json(dump(me)) if opts.json else out.print(f"team {me.team}, role {me.role}")
@@ -306,15 +279,13 @@ def whoami(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -
 
 
 def validate(
+    opts: Opts,
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
     set_: SetOpt = None,
     server: Annotated[
         bool,
         typer.Option("--server", help="Also run the server's checks (a dry run; needs a server)."),
     ] = False,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Validate a spec offline: schema, types, bounds and cross-field rules, with the server's
     messages, and print the plan (layout, batch sizes; parameter counts and memory when the
@@ -326,7 +297,6 @@ def validate(
     from shunter.jobspec.plan import plan_for
     from shunter.jobspec.spec_counts import local_counts, local_memory_facts
 
-    opts = merge_opts(url, token, json_)
     if server:
         if not set_ and not spec.is_file():
             fail(opts, EXIT["invalid"], f"{spec}: no such file")
@@ -366,7 +336,7 @@ def init(
 
     Paths default to the layout of ``examples/sst2-minilm.yaml``: relative to the data roots.
     """
-    opts = merge_opts(None, None, False)
+    opts = Opts()
     if path.exists() and not force:
         fail(opts, EXIT["error"], f"{path} exists (use --force to overwrite)")
     path.write_text(
@@ -406,19 +376,19 @@ def register(app: typer.Typer) -> None:
         queue,
         whoami,
         validate,
-        init,
     ):
-        app.command(fn.__name__)(fn)
-    app.command("ray-status")(ray_status)
-    app.command("stacks")(stacks)
-    app.command("download")(download)
-    app.command("clone")(clone)
-    app.command("diff")(diff)
-    app.command("cancel")(_action("cancel", lambda c, j: c.cancel(j)))
-    app.command("resume")(_action("resume", lambda c, j: c.resume(j)))
+        app.command(fn.__name__)(common_options(fn))
+    app.command("init")(init)
+    app.command("ray-status")(common_options(ray_status))
+    app.command("stacks")(common_options(stacks))
+    app.command("download")(common_options(download))
+    app.command("clone")(common_options(clone))
+    app.command("diff")(common_options(diff))
+    app.command("cancel")(common_options(_action("cancel", lambda c, j: c.cancel(j))))
+    app.command("resume")(common_options(_action("resume", lambda c, j: c.resume(j))))
     pause = _action("pause", lambda c, j: c.pause(j))
     pause.__doc__ = "Checkpoint a job at its next step and hold it (paused) until `resume`."
-    app.command("pause")(pause)
+    app.command("pause")(common_options(pause))
     app.add_typer(admin_app, name="admin")
     app.add_typer(sweep_app, name="sweep")
     app.add_typer(webhooks_app, name="webhooks")

@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from shunter.client.models import Checkpoint, Cluster, Job, MetricPoint, QueueEntry
+from shunter.client.responses import Checkpoint, Cluster, Job, MetricPoint, QueueEntry
 from shunter.jobspec.plan import Plan
 
 __all__ = [
@@ -156,12 +156,14 @@ def queue_table(entries: Iterable[QueueEntry]) -> Table:
     return table
 
 
-def cluster_table(cluster: Cluster) -> Table:
-    """One row per Ray node (free/total CPUs and GPUs), then the cluster's totals."""
+def cluster_table(cluster: Cluster) -> Table | Group:
+    """One row per Ray node (free/total CPUs and GPUs, its GPU type), then the cluster's
+    totals; on a typed cluster a second table: capacity by GPU type."""
     table = Table(title="Ray cluster", title_justify="left", show_footer=True)
     table.add_column("NODE", footer="total")
     table.add_column("ADDRESS")
     table.add_column("ALIVE")
+    table.add_column("TYPE")
     table.add_column("CPUS free/total", footer=f"{cluster.free_cpus:g}/{cluster.total_cpus:g}")
     table.add_column("GPUS free/total", footer=f"{cluster.free_gpus:g}/{cluster.total_gpus:g}")
     for n in cluster.nodes:
@@ -169,10 +171,24 @@ def cluster_table(cluster: Cluster) -> Table:
             n.node_id[:12] or "-",
             n.address or "-",
             "yes" if n.alive else "no",
+            n.accelerator or "-",
             f"{n.free_cpus:g}/{n.total_cpus:g}",
             f"{n.free_gpus:g}/{n.total_gpus:g}",
         )
-    return table
+    if not any(t for t in cluster.by_type):
+        return table
+    types = Table(title="GPUs by type", title_justify="left")
+    for col in ("TYPE", "NODES", "GPUS free/total", "MEMORY", "WEIGHT"):
+        types.add_column(col)
+    for name, t in cluster.by_type.items():
+        types.add_row(
+            name or "(untyped)",
+            str(t.nodes),
+            f"{t.free_gpus:g}/{t.total_gpus:g}",
+            "-" if t.memory_gb is None else f"{t.memory_gb:g} GB",
+            f"{t.weight:g}",
+        )
+    return Group(table, types)
 
 
 def _bytes(n: int | None) -> str:
@@ -232,20 +248,25 @@ def plan_table(plan: Plan) -> Table:
     return table
 
 
-def metrics_table(points: Sequence[MetricPoint]) -> Table:
-    """One row per step, one column per metric name (in first-seen order)."""
+def metrics_table(points: Sequence[MetricPoint], *, by_attempt: bool = False) -> Table:
+    """One row per step, one column per metric name (in first-seen order); ``by_attempt``:
+    one row per (attempt, step), with an ATTEMPT column (every attempt's points)."""
     names: list[str] = []
-    rows: dict[int, dict[str, float | None]] = {}
+    rows: dict[tuple[int, int], dict[str, float | None]] = {}
     for p in points:
         if p.name not in names:
             names.append(p.name)
-        rows.setdefault(p.step, {})[p.name] = p.value
+        key = ((p.attempt or 0) if by_attempt else 0, p.step)
+        rows.setdefault(key, {})[p.name] = p.value
     table = Table(title="Metrics", title_justify="left")
+    if by_attempt:
+        table.add_column("ATTEMPT", justify="right")
     table.add_column("STEP", justify="right")
     for n in names:
         table.add_column(n, justify="right")
-    for step in sorted(rows):
-        table.add_row(str(step), *(fmt_value(rows[step].get(n)) for n in names))
+    for attempt, step in sorted(rows):
+        lead = [str(attempt), str(step)] if by_attempt else [str(step)]
+        table.add_row(*lead, *(fmt_value(rows[attempt, step].get(n)) for n in names))
     return table
 
 

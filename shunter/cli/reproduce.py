@@ -65,6 +65,7 @@ def _checkpoint(text: str | None) -> int | str | None:
 
 
 def clone(
+    opts: common.Opts,
     job_id: common.JobArg,
     set_: common.SetOpt = None,
     from_checkpoint: Annotated[
@@ -77,12 +78,8 @@ def clone(
         ),
     ] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
-    url: common.UrlOpt = None,
-    token: common.TokenOpt = None,
-    json_: common.JsonOpt = False,
 ) -> None:
     """Submit a copy of a job: its submitted spec with --set changes (checked like a submit)."""
-    opts = common.merge_opts(url, token, json_)
     try:
         overrides, checkpoint = _sets(set_ or []), _checkpoint(from_checkpoint)
     except ValueError as e:
@@ -94,10 +91,7 @@ def clone(
             from_checkpoint=checkpoint,
             idempotency_key=idempotency_key,
         )
-    if opts.json:
-        common.print_json(common.dump(job))
-    else:
-        common.out.print(f"submitted [bold]{job.id}[/]")
+    common.reply(opts, job, lambda j: f"submitted [bold]{j.id}[/]")
 
 
 def _show(value: Any) -> str:
@@ -105,15 +99,12 @@ def _show(value: Any) -> str:
 
 
 def diff(
+    opts: common.Opts,
     job_a: Annotated[str, typer.Argument(help="A job id.")],
     job_b: Annotated[str, typer.Argument(help="The job to compare it with.")],
-    url: common.UrlOpt = None,
-    token: common.TokenOpt = None,
-    json_: common.JsonOpt = False,
 ) -> None:
     """Print what differs between two jobs: their submitted specs and their records (code and
     package versions, data and model fingerprints, seed)."""
-    opts = common.merge_opts(url, token, json_)
     with common.api(opts) as client:
         spec = differences(client.spec(job_a), client.spec(job_b))
         record = differences(client.record(job_a), client.record(job_b))

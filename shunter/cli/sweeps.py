@@ -12,24 +12,25 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.console import Group, RenderableType
 from rich.table import Table
 
 from shunter.cli.common import (
     EXIT,
-    JsonOpt,
+    Opts,
     SetOpt,
-    TokenOpt,
-    UrlOpt,
     api,
+    common_options,
     dump,
+    emit,
     fail_validation,
-    merge_opts,
+    grid,
     out,
     print_json,
     read_spec,
 )
 from shunter.client import Client
-from shunter.client.models import Sweep
+from shunter.client.responses import Sweep
 from shunter.jobspec.errors import format_spec_errors
 from shunter.jobspec.sweep import check_sweep
 
@@ -58,13 +59,9 @@ def sweep_table(sweep: Sweep) -> Table:
         f"{sweep.direction}, {len(sweep.trials)}/{sweep.max_trials} trials"
         + (f" - {sweep.message}" if sweep.message else "")
     )
-    table = Table(title=title, title_justify="left")
-    for col in ("#", "JOB", "STATUS", "PARAMS", "OBJECTIVE", "BEST (STEP)", "PRUNED AT"):
-        table.add_column(col)
-    for t in sweep.trials:
-        mark = "*" if t.number == best else ""
-        table.add_row(
-            f"{t.number}{mark}",
+    rows = (
+        (
+            f"{t.number}{'*' if t.number == best else ''}",
             t.job_id,
             t.status,
             _params(t.params),
@@ -72,35 +69,39 @@ def sweep_table(sweep: Sweep) -> Table:
             f"{_fmt(t.best_value)} ({t.best_step if t.best_step is not None else '-'})",
             "-" if t.pruned_at_step is None else str(t.pruned_at_step),
         )
-    return table
+        for t in sweep.trials
+    )
+    columns = ("#", "JOB", "STATUS", "PARAMS", "OBJECTIVE", "BEST (STEP)", "PRUNED AT")
+    return grid(title, columns, rows)
+
+
+def _details(sweep: Sweep) -> RenderableType:
+    """The trials' table, then the best trial and how to fetch its model."""
+    b = sweep.best_trial
+    if b is None:
+        return sweep_table(sweep)
+    return Group(
+        sweep_table(sweep),
+        f"best: trial {b.number} ({_params(b.params)}) {sweep.objective} = {_fmt(b.objective)};"
+        f" model: shunter download {b.job_id}",
+    )
 
 
 def _show(sweep: Sweep, as_json: bool) -> None:
-    if as_json:
-        print_json(dump(sweep))
-        return
-    out.print(sweep_table(sweep))
-    if sweep.best_trial is not None:
-        b = sweep.best_trial
-        out.print(
-            f"best: trial {b.number} ({_params(b.params)}) {sweep.objective} = {_fmt(b.objective)};"
-            f" model: shunter download {b.job_id}"
-        )
+    print_json(dump(sweep)) if as_json else out.print(_details(sweep))
 
 
 @sweep_app.command("submit")
+@common_options
 def submit(
+    opts: Opts,
     path: Annotated[Path, typer.Argument(help="Sweep file (YAML or JSON).")],
     set_: SetOpt = None,
     watch: Annotated[bool, typer.Option("--watch", help="Follow it until it ends.")] = False,
     poll: Annotated[float, typer.Option(help="Seconds between polls with --watch.")] = 5.0,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Submit a sweep. Its body is checked here first (the server checks it again, and every
     corner of the space as a trial spec)."""
-    opts = merge_opts(url, token, json_)
     document = read_spec(opts, path, set_)
     _, errors = check_sweep(document)
     if errors:
@@ -132,26 +133,20 @@ def _follow(client: Client, sweep_id: str, poll: float, as_json: bool) -> Sweep:
 
 
 @sweep_app.command("show")
-def show(
-    sweep_id: SweepArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def show(opts: Opts, sweep_id: SweepArg) -> None:
     """The sweep's trials (params, status, objective, best step) and its best trial."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        sweep = client.sweep(sweep_id)
-    _show(sweep, opts.json)
+    emit(opts, lambda client: client.sweep(sweep_id), _details)
 
 
 @sweep_app.command("watch")
+@common_options
 def watch(
+    opts: Opts,
     sweep_id: SweepArg,
     poll: Annotated[float, typer.Option(help="Seconds between polls.")] = 5.0,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Follow a sweep until it ends; exit 1 unless it succeeded."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         sweep = _follow(client, sweep_id, poll, opts.json)
     if sweep.status != "succeeded":
@@ -159,30 +154,29 @@ def watch(
 
 
 @sweep_app.command("cancel")
-def cancel(
-    sweep_id: SweepArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def cancel(opts: Opts, sweep_id: SweepArg) -> None:
     """Stop sampling and cancel every unfinished trial."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        sweep = client.cancel_sweep(sweep_id)
-    _show(sweep, opts.json) if opts.json else out.print(f"sweep {sweep.id}: {sweep.status}")
+    emit(opts, lambda client: client.cancel_sweep(sweep_id), lambda s: f"sweep {s.id}: {s.status}")
 
 
 @sweep_app.command("list")
-def list_(url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False) -> None:
+@common_options
+def list_(opts: Opts) -> None:
     """Your team's sweeps, newest first."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        sweeps = client.sweeps()
-    if opts.json:
-        print_json(dump(sweeps))
-        return
-    table = Table(title="Sweeps", title_justify="left")
-    for col in ("ID", "NAME", "STATUS", "TRIALS", "OBJECTIVE", "BEST"):
-        table.add_column(col)
-    for s in sweeps:
-        best = f"#{s.best_trial.number} {_fmt(s.best_trial.objective)}" if s.best_trial else "-"
-        n = sum(s.counts.values())
-        table.add_row(s.id, s.name, s.status, f"{n}/{s.max_trials}", s.objective, best)
-    out.print(table)
+    emit(opts, lambda client: client.sweeps(), _sweeps_table)
+
+
+def _sweeps_table(sweeps: list[Sweep]) -> Table:
+    rows = (
+        (
+            s.id,
+            s.name,
+            s.status,
+            f"{sum(s.counts.values())}/{s.max_trials}",
+            s.objective,
+            f"#{s.best_trial.number} {_fmt(s.best_trial.objective)}" if s.best_trial else "-",
+        )
+        for s in sweeps
+    )
+    return grid("Sweeps", ("ID", "NAME", "STATUS", "TRIALS", "OBJECTIVE", "BEST"), rows)

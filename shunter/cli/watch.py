@@ -31,24 +31,32 @@ from rich.text import Text
 from shunter.cli.render import fmt_value, sparkline, status_text
 from shunter.client.client import Client
 from shunter.client.errors import ShunterError
-from shunter.client.models import Job, MetricPoint
+from shunter.client.responses import Job, MetricPoint
 
 __all__ = ["MetricStore", "Watcher"]
 
 
 class MetricStore:
-    """Thread-safe set of metric points keyed by (name, step); later writes win."""
+    """Thread-safe set of metric points keyed by (name, step); later writes win, except that
+    a point from an older attempt never replaces a newer attempt's point of the same step (a
+    step re-run after a resume shows once, as ``GET /metrics`` lists it, also when the stream
+    delivers the old attempt's point late)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_name: dict[str, dict[int, float | None]] = {}
+        self._attempt: dict[tuple[str, int], int] = {}
         self.last_id: int | None = None  # newest point id seen: where a stream resumes
 
     def add(self, point: MetricPoint) -> None:
         with self._lock:
-            self._by_name.setdefault(point.name, {})[point.step] = point.value
             if point.id is not None:
                 self.last_id = max(self.last_id or 0, point.id)
+            key, attempt = (point.name, point.step), point.attempt or 0
+            if self._attempt.get(key, -1) > attempt:
+                return
+            self._attempt[key] = attempt
+            self._by_name.setdefault(point.name, {})[point.step] = point.value
 
     def series(self, name: str) -> list[tuple[int, float]]:
         with self._lock:

@@ -13,8 +13,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from shunter.cli.common import JsonOpt, TokenOpt, UrlOpt, api, dump, merge_opts, out, print_json
-from shunter.client.models import WebhookDelivery, WebhookEndpoint
+from shunter.cli.common import Opts, api, common_options, dump, emit, grid, out, print_json
+from shunter.client.responses import WebhookDelivery, WebhookEndpoint
 
 __all__ = ["webhooks_app"]
 
@@ -35,36 +35,47 @@ def _endpoint_line(ep: WebhookEndpoint) -> str:
 
 
 def endpoints_table(endpoints: list[WebhookEndpoint]) -> Table:
-    table = Table(title="Webhook endpoints", title_justify="left")
-    for col in ("ID", "TEAM", "URL", "EVENTS", "STATE", "FAILURES"):
-        table.add_column(col)
-    for ep in endpoints:
-        state = "enabled" if ep.enabled else f"disabled: {ep.disabled_reason}"
-        events = ", ".join(e.removeprefix("job.") for e in ep.events) or "(notify: only)"
-        table.add_row(ep.id, ep.team, escape(ep.url), events, escape(state), str(ep.failures))
-    return table
+    rows = (
+        (
+            ep.id,
+            ep.team,
+            escape(ep.url),
+            ", ".join(e.removeprefix("job.") for e in ep.events) or "(notify: only)",
+            escape("enabled" if ep.enabled else f"disabled: {ep.disabled_reason}"),
+            str(ep.failures),
+        )
+        for ep in endpoints
+    )
+    return grid("Webhook endpoints", ("ID", "TEAM", "URL", "EVENTS", "STATE", "FAILURES"), rows)
 
 
 def deliveries_table(deliveries: list[WebhookDelivery]) -> Table:
-    table = Table(title="Webhook deliveries (newest first)", title_justify="left")
-    table.add_column("ID", no_wrap=True)  # what `resend` takes: never cut
-    for col in ("TYPE", "JOB", "ENDPOINT", "STATUS", "TRIES", "LAST", "NEXT"):
-        table.add_column(col)
-    for d in deliveries:
-        last = (
-            "-"
-            if d.last_status_code is None and not d.last_error
-            else (str(d.last_status_code or d.last_error))
-        )
-        table.add_row(
-            d.id, d.type, d.job_id, d.endpoint_id, d.status, str(d.attempts), escape(last[:40]),
+    columns = ("ID", "TYPE", "JOB", "ENDPOINT", "STATUS", "TRIES", "LAST", "NEXT")
+    rows = (
+        (
+            d.id,
+            d.type,
+            d.job_id,
+            d.endpoint_id,
+            d.status,
+            str(d.attempts),
+            escape(_last_outcome(d.last_status_code, d.last_error)[:40]),
             _when(d.next_attempt_at),
-        )  # fmt: skip
-    return table
+        )
+        for d in deliveries
+    )
+    # The id is what `resend` takes: never cut.
+    return grid("Webhook deliveries (newest first)", columns, rows, keep_first=True)
+
+
+def _last_outcome(status_code: int | None, error: str | None) -> str:
+    return "-" if status_code is None and not error else str(status_code or error)
 
 
 @webhooks_app.command("create")
+@common_options
 def create(
+    opts: Opts,
     endpoint_url: Annotated[str, typer.Argument(help="The receiver's http(s) URL.")],
     event: Annotated[
         list[str] | None,
@@ -75,12 +86,8 @@ def create(
     ] = False,
     description: Annotated[str, typer.Option(help="A note.")] = "",
     team: TeamOpt = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Register a receiver and print its signing secret (shown only this once)."""
-    opts = merge_opts(url, token, json_)
     events = [] if no_events else event
     with api(opts) as client:
         ep = client.create_webhook(endpoint_url, events=events, description=description, team=team)
@@ -92,18 +99,16 @@ def create(
 
 
 @webhooks_app.command("list")
-def list_(
-    team: TeamOpt = None, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def list_(opts: Opts, team: TeamOpt = None) -> None:
     """Your team's endpoints, and whether each is enabled (a disabled one says why)."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        endpoints = client.webhooks(team=team)
-    print_json(dump(endpoints)) if opts.json else out.print(endpoints_table(endpoints))
+    emit(opts, lambda client: client.webhooks(team=team), endpoints_table)
 
 
 @webhooks_app.command("deliveries")
+@common_options
 def deliveries(
+    opts: Opts,
     job: Annotated[str | None, typer.Option("--job", help="Only this job's.")] = None,
     endpoint: Annotated[str | None, typer.Option("--endpoint", help="Only this one's.")] = None,
     status: Annotated[
@@ -111,39 +116,35 @@ def deliveries(
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many.")] = 50,
     team: TeamOpt = None,
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """What was sent, is pending, or failed; newest first."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        rows = client.webhook_deliveries(
+    emit(
+        opts,
+        lambda client: client.webhook_deliveries(
             job=job, endpoint=endpoint, status=status, team=team, limit=limit
-        )
-    print_json(dump(rows)) if opts.json else out.print(deliveries_table(rows))
+        ),
+        deliveries_table,
+    )
 
 
 @webhooks_app.command("resend")
+@common_options
 def resend(
+    opts: Opts,
     delivery_id: Annotated[str, typer.Argument(help="Delivery id (msg_...).")],
-    url: UrlOpt = None,
-    token: TokenOpt = None,
-    json_: JsonOpt = False,
 ) -> None:
     """Send a delivery again now (same webhook-id, fresh retry schedule)."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        d = client.resend_webhook(delivery_id)
-    print_json(dump(d)) if opts.json else out.print(f"{d.id}: {d.status} (queued again)")
+    emit(
+        opts,
+        lambda client: client.resend_webhook(delivery_id),
+        lambda d: f"{d.id}: {d.status} (queued again)",
+    )
 
 
 @webhooks_app.command("rotate")
-def rotate(
-    endpoint_id: EndpointArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def rotate(opts: Opts, endpoint_id: EndpointArg) -> None:
     """A new secret (shown once); the old one keeps signing beside it for a while."""
-    opts = merge_opts(url, token, json_)
     with api(opts) as client:
         rotated = client.rotate_webhook_secret(endpoint_id)
     if opts.json:
@@ -153,37 +154,30 @@ def rotate(
     out.print(f"the old secret signs too until {rotated['previous_secret_valid_until']}")
 
 
-def _set_enabled(
-    endpoint_id: str, enabled: bool, url: str | None, token: str | None, as_json: bool
-) -> None:
-    opts = merge_opts(url, token, as_json)
-    with api(opts) as client:
-        ep = client.patch_webhook(endpoint_id, enabled=enabled)
-    print_json(dump(ep)) if opts.json else out.print(_endpoint_line(ep))
+def _set_enabled(opts: Opts, endpoint_id: str, enabled: bool) -> None:
+    emit(opts, lambda client: client.patch_webhook(endpoint_id, enabled=enabled), _endpoint_line)
 
 
 @webhooks_app.command("enable")
-def enable(
-    endpoint_id: EndpointArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def enable(opts: Opts, endpoint_id: EndpointArg) -> None:
     """Re-enable a disabled endpoint; its pending deliveries resume."""
-    _set_enabled(endpoint_id, True, url, token, json_)
+    _set_enabled(opts, endpoint_id, True)
 
 
 @webhooks_app.command("disable")
-def disable(
-    endpoint_id: EndpointArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def disable(opts: Opts, endpoint_id: EndpointArg) -> None:
     """Stop sending to an endpoint (deliveries wait until it is enabled)."""
-    _set_enabled(endpoint_id, False, url, token, json_)
+    _set_enabled(opts, endpoint_id, False)
 
 
 @webhooks_app.command("delete")
-def delete(
-    endpoint_id: EndpointArg, url: UrlOpt = None, token: TokenOpt = None, json_: JsonOpt = False
-) -> None:
+@common_options
+def delete(opts: Opts, endpoint_id: EndpointArg) -> None:
     """Delete an endpoint and its deliveries."""
-    opts = merge_opts(url, token, json_)
-    with api(opts) as client:
-        ep = client.delete_webhook(endpoint_id)
-    print_json(dump(ep)) if opts.json else out.print(f"deleted {ep.id} ({ep.url})")
+    emit(
+        opts,
+        lambda client: client.delete_webhook(endpoint_id),
+        lambda ep: f"deleted {ep.id} ({ep.url})",
+    )

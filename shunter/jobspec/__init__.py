@@ -18,7 +18,12 @@ import pydantic
 
 from shunter.jobspec.errors import ROOT_LOC, FieldError, SpecError, errors_from_pydantic
 from shunter.jobspec.errors import format_spec_errors as format_spec_errors
-from shunter.jobspec.models import (
+from shunter.jobspec.rules import (
+    cross_field_errors,
+    default_greater_is_better,
+    effective_eval_steps,
+)
+from shunter.jobspec.spec import (
     DataSource,
     DataSpec,
     DeepSpeedSpec,
@@ -29,11 +34,6 @@ from shunter.jobspec.models import (
     ModelSpec,
     ResourcesSpec,
     TrainingSpec,
-)
-from shunter.jobspec.rules import (
-    cross_field_errors,
-    default_greater_is_better,
-    effective_eval_steps,
 )
 
 __all__ = [

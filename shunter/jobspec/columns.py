@@ -8,7 +8,7 @@ target fields where the spec sets them (the jobspec rules say which tasks need w
 
 from __future__ import annotations
 
-from shunter.jobspec.models import JobSpec
+from shunter.jobspec.spec import JobSpec
 
 __all__ = ["task_columns"]
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from shunter.jobspec.models import JobSpec
+    from shunter.jobspec.spec import JobSpec
 
 __all__ = [
     "DeepSpeedConfigError",
@@ -202,7 +202,7 @@ def deepspeed_config_problems(spec: JobSpec) -> list[str]:
     total = t.max_steps if t.max_steps > 0 else None
     _, problems = _build(
         DeepSpeedInputs.from_spec(spec),
-        spec.resources.num_workers,
+        spec.resources.max_workers,
         False,
         TrainingValues.from_training(t, total_steps=total),
         None,

@@ -210,6 +210,55 @@ def _labels(c: Mapping[str, Any]) -> int:
     return labels
 
 
+# The head of a decoder-only family (Llama-like, GPT-2) by task head: (linear, output width,
+# bias). Only the token classifier's name differs between the families; QA is the default.
+_DECODER_HEADS: Mapping[str, tuple[str | None, str, bool]] = {
+    "causal": ("lm_head", "vocab", False),
+    "seq-cls": ("score", "labels", False),
+    "token-cls": (None, "labels", True),  # None: the family's own name
+}
+
+
+def _decoder_head(
+    out: Layout, c: Mapping[str, Any], head: str, hidden: int, vocab: int, *, token_cls: str
+) -> None:
+    name, width, bias = _DECODER_HEADS.get(head, ("qa_outputs", "2", True))
+    fan_out = {"vocab": vocab, "2": 2}.get(width) or _labels(c)
+    tied = head == "causal" and _bool(c, "tie_word_embeddings")
+    out.lin(name or token_cls, hidden, fan_out, bias, tied=tied)
+    if head == "causal":
+        out.output = "lm_head"
+
+
+# The classification heads of the encoder and encoder-decoder families: per family and head,
+# the linears on top of the ``hidden``-wide output, each with a bias: (name, output width:
+# "hidden", "labels" (num_labels) or "2"). A head a family leaves out is the usual one:
+# token-cls a ``classifier``, qa ``qa_outputs``, both num_labels wide.
+_CLASSIFIER_DEFAULTS: Mapping[str, tuple[tuple[str, str], ...]] = {
+    "token-cls": (("classifier", "labels"),),
+    "qa": (("qa_outputs", "labels"),),
+}
+_SEQ_CLS_HEAD = (
+    ("classification_head.dense", "hidden"),
+    ("classification_head.out_proj", "labels"),
+)
+_CLASSIFIERS: Mapping[str, Mapping[str, tuple[tuple[str, str], ...]]] = {
+    "bert": {"seq-cls": (("bert.pooler.dense", "hidden"), ("classifier", "labels"))},
+    "roberta": {"seq-cls": (("classifier.dense", "hidden"), ("classifier.out_proj", "labels"))},
+    "distilbert": {"seq-cls": (("pre_classifier", "hidden"), ("classifier", "labels"))},
+    "t5": {"seq-cls": _SEQ_CLS_HEAD},
+    "bart": {"seq-cls": _SEQ_CLS_HEAD, "qa": (("qa_outputs", "2"),)},
+}
+
+
+def _classifier_head(out: Layout, c: Mapping[str, Any], head: str, hidden: int) -> None:
+    """The ``seq-cls``, ``token-cls`` or ``qa`` head of an encoder family (``_CLASSIFIERS``)."""
+    linears = _CLASSIFIERS[c["model_type"]].get(head) or _CLASSIFIER_DEFAULTS[head]
+    for name, width in linears:
+        fan_out = {"hidden": hidden, "2": 2}.get(width) or _labels(c)
+        out.lin(name, hidden, fan_out, True)
+
+
 # -- decoder-only, Llama-style ------------------------------------------------------------------
 
 # q/k/v bias, o bias: ``attention_bias`` for these; Qwen2 biases q, k, v and never o.
@@ -266,15 +315,7 @@ def _llama_like(c: Mapping[str, Any], head: str) -> Layout | None:
         for norm in _LAYER_NORMS.get(mt, ("input_layernorm", "post_attention_layernorm")):
             out.ten(f"{p}layers.{i}.{norm}", hidden)
     out.ten(f"{p}norm", hidden)
-    if head == "causal":
-        out.lin("lm_head", hidden, vocab, False, tied=_bool(c, "tie_word_embeddings"))
-        out.output = "lm_head"
-    elif head == "seq-cls":
-        out.lin("score", hidden, _labels(c), False)
-    elif head == "token-cls":
-        out.lin("score", hidden, _labels(c), True)
-    else:
-        out.lin("qa_outputs", hidden, 2, True)
+    _decoder_head(out, c, head, hidden, vocab, token_cls="score")
     return out
 
 
@@ -298,19 +339,23 @@ def _gpt2(c: Mapping[str, Any], head: str) -> Layout | None:
         out.lin(f"{b}.mlp.c_fc", hidden, inner, True)
         out.lin(f"{b}.mlp.c_proj", inner, hidden, True)
     out.ten("transformer.ln_f", 2 * hidden)
-    if head == "causal":
-        out.lin("lm_head", hidden, vocab, False, tied=_bool(c, "tie_word_embeddings"))
-        out.output = "lm_head"
-    elif head == "seq-cls":
-        out.lin("score", hidden, _labels(c), False)
-    elif head == "token-cls":
-        out.lin("classifier", hidden, _labels(c), True)
-    else:
-        out.lin("qa_outputs", hidden, 2, True)
+    _decoder_head(out, c, head, hidden, vocab, token_cls="classifier")
     return out
 
 
 # -- BERT-style encoders ------------------------------------------------------------------------
+
+
+# The language-model head of a BERT-style family: its dense, norm, decoder and own bias.
+_LM_HEADS: Mapping[str, tuple[str, str, str, str]] = {
+    "bert": (
+        "cls.predictions.transform.dense",
+        "cls.predictions.transform.LayerNorm",
+        "cls.predictions.decoder",
+        "cls.predictions",
+    ),
+    "roberta": ("lm_head.dense", "lm_head.layer_norm", "lm_head.decoder", "lm_head"),
+}
 
 
 def _bert_like(c: Mapping[str, Any], head: str) -> Layout | None:
@@ -337,31 +382,16 @@ def _bert_like(c: Mapping[str, Any], head: str) -> Layout | None:
         out.ten(f"{b}.output.LayerNorm", 2 * hidden)
     tied = _bool(c, "tie_word_embeddings")
     if head in ("causal", "masked"):
-        if mt == "bert":
-            out.lin("cls.predictions.transform.dense", hidden, hidden, True)
-            out.ten("cls.predictions.transform.LayerNorm", 2 * hidden)
-            # Untied, the decoder's weight and bias are its own; tied, the embedding's and
-            # cls.predictions.bias.
-            out.lin("cls.predictions.decoder", hidden, vocab, not tied, tied=tied)
-            out.ten("cls.predictions", vocab)
-            out.output = "cls.predictions.decoder"
-        else:
-            out.lin("lm_head.dense", hidden, hidden, True)
-            out.ten("lm_head.layer_norm", 2 * hidden)
-            out.lin("lm_head.decoder", hidden, vocab, not tied, tied=tied)
-            out.ten("lm_head", vocab)
-            out.output = "lm_head.decoder"
-    elif head == "seq-cls":
-        if mt == "bert":
-            out.lin(f"{p}pooler.dense", hidden, hidden, True)
-            out.lin("classifier", hidden, _labels(c), True)
-        else:
-            out.lin("classifier.dense", hidden, hidden, True)
-            out.lin("classifier.out_proj", hidden, _labels(c), True)
-    elif head == "token-cls":
-        out.lin("classifier", hidden, _labels(c), True)
+        dense, norm, decoder, bias = _LM_HEADS[mt]
+        out.lin(dense, hidden, hidden, True)
+        out.ten(norm, 2 * hidden)
+        # Untied, the decoder's weight and bias are its own; tied, the embedding's and the
+        # head's own bias.
+        out.lin(decoder, hidden, vocab, not tied, tied=tied)
+        out.ten(bias, vocab)
+        out.output = decoder
     else:
-        out.lin("qa_outputs", hidden, _labels(c), True)
+        _classifier_head(out, c, head, hidden)
     return out
 
 
@@ -389,13 +419,8 @@ def _distilbert(c: Mapping[str, Any], head: str) -> Layout | None:
         out.ten("vocab_layer_norm", 2 * hidden)
         out.lin("vocab_projector", hidden, vocab, True, tied=_bool(c, "tie_word_embeddings"))
         out.output = "vocab_projector"
-    elif head == "seq-cls":
-        out.lin("pre_classifier", hidden, hidden, True)
-        out.lin("classifier", hidden, _labels(c), True)
-    elif head == "token-cls":
-        out.lin("classifier", hidden, _labels(c), True)
     else:
-        out.lin("qa_outputs", hidden, _labels(c), True)
+        _classifier_head(out, c, head, hidden)
     return out
 
 
@@ -451,13 +476,8 @@ def _t5(c: Mapping[str, Any], head: str) -> Layout | None:
     if head == "seq2seq":  # T5Config forces tie_word_embeddings: lm_head is always shared's
         out.lin("lm_head", d, vocab, False, tied=True)
         out.output = "lm_head"
-    elif head == "seq-cls":
-        out.lin("classification_head.dense", d, d, True)
-        out.lin("classification_head.out_proj", d, _labels(c), True)
-    elif head == "token-cls":
-        out.lin("classifier", d, _labels(c), True)
     else:
-        out.lin("qa_outputs", d, _labels(c), True)
+        _classifier_head(out, c, head, d)
     return out
 
 
@@ -503,11 +523,8 @@ def _bart(c: Mapping[str, Any], head: str) -> Layout | None:
     if head == "seq2seq":
         out.lin("lm_head", d, vocab, False, tied=tied)
         out.output = "lm_head"
-    elif head == "seq-cls":
-        out.lin("classification_head.dense", d, d, True)
-        out.lin("classification_head.out_proj", d, _labels(c), True)
     else:
-        out.lin("qa_outputs", d, 2, True)
+        _classifier_head(out, c, head, d)
     return out
 
 

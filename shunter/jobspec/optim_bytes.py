@@ -24,8 +24,9 @@ replica (unsharded). Per parameter tensor of n elements (b = bytes of the parame
 ``quantized_param_bytes(shape, quant, dtype)``: bitsandbytes' 4-bit layers store half a
 byte per weight plus an fp32 absmax per block of 64 (double quantization: an 8-bit absmax per
 64 and an fp32 one per 256 of those); 8-bit (LLM.int8) a byte per weight plus an fp32 scale
-per row. Biases, embeddings, norms and the output embedding stay in ``model.dtype``
-(transformers keeps the output embedding unquantized).
+per row. Biases, embeddings, norms and the output embedding stay unquantized, in float32
+(transformers keeps the output embedding unquantized; PEFT's ``prepare_model_for_kbit_training``
+casts the unquantized half-precision tensors to float32).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import math
 from collections.abc import Callable
 
 from shunter.jobspec.model_layouts import Layout
-from shunter.jobspec.models import GALORE_OPTIMIZERS, QuantizationSpec, TrainingSpec
+from shunter.jobspec.spec import GALORE_OPTIMIZERS, QuantizationSpec, TrainingSpec
 
 __all__ = ["galore_targets", "optimizer_state_bytes", "projected_shape", "quantized_param_bytes"]
 
@@ -131,7 +132,12 @@ def optimizer_state_bytes(shape: Layout, training: TrainingSpec, dtype_bytes: in
 
 
 def quantized_param_bytes(shape: Layout, quant: QuantizationSpec, dtype_bytes: int) -> int:
-    """Bytes of the base model's parameters loaded quantized (module docstring)."""
+    """Bytes of the base model's parameters loaded quantized (module docstring). The tensors
+    left unquantized are float32 whatever ``dtype_bytes``: PEFT's
+    ``prepare_model_for_kbit_training`` (which the trainer runs on a quantized base) casts
+    every half-precision parameter that is not quantized to float32."""
+    del dtype_bytes  # kept for the callers' symmetry with optimizer_state_bytes
+    dtype_bytes = 4
     total = 0
     for x in shape.linears:
         if x.bias:

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from shunter.jobspec.errors import FieldError
-from shunter.jobspec.models import GALORE_OPTIMIZERS, JobSpec
+from shunter.jobspec.spec import GALORE_OPTIMIZERS, JobSpec
 
 __all__ = ["LOW_BIT_OPTIMIZERS", "optimizer_errors"]
 
@@ -136,12 +136,6 @@ def _quantization(spec: JobSpec) -> Iterator[FieldError]:
         )
     if spec.model.from_scratch:
         yield FieldError(where, "quantizes pretrained weights: not with from_scratch")
-    if spec.model.lora is not None and spec.model.lora.merge_on_save:
-        yield FieldError(
-            "model.lora.merge_on_save",
-            "merging into a de-quantized base is not supported yet: set false (the final "
-            "model is the adapter; merge it into the float base after download)",
-        )
     if q.bits == 8:
         if q.quant_type is not None:
             yield FieldError(f"{where}.quant_type", "4-bit only; remove it for bits 8")

@@ -32,7 +32,7 @@ from typing import Any
 
 from shunter.jobspec.model_layouts import ALIASES as _ALIASES
 from shunter.jobspec.model_layouts import LLAMA_STYLE, Layout, effective_config, layout
-from shunter.jobspec.models import LoraSpec, PeftSpec
+from shunter.jobspec.spec import LoraSpec, PeftSpec
 
 __all__ = ["HEAD_OF_TASK", "count_params", "task_config", "trainable_params"]
 

@@ -8,7 +8,13 @@ model's config, ``shunter.jobspec.spec_counts``), ``train_rows`` (rows of a loca
 known, and the counts when the config is at hand (from_scratch overrides, a local folder).
 
 Layout mirrors ``trainer_core.parallel.build._meshes``: one mesh ``dp_replicate x dp_shard x
-tp`` (ddp and deepspeed: a flat ``dp`` group of every rank).
+tp`` (ddp and deepspeed: a flat ``dp`` group of every rank; ddp with pipeline stages:
+``dp x pp``, data-parallel size ``num_workers / pipeline_parallel_size``; context parallel:
+``dp x cp``, data-parallel size ``num_workers / context_parallel_size``, FSDP sharded over
+``dp x cp`` ranks; with fsdp+tp ``dp x cp x tp``, ``dp = num_workers / (cp x tp)``, states
+divided by ``dp x cp`` (FSDP) and ``tp``). Activations are not in the memory estimate; their
+driver, the tokens of a micro-batch one device holds, is ``sequence_tokens_per_device``
+(divided by ``cp``).
 
 Memory is **model states only**: parameters, gradients and optimizer states resident per
 device. Activations, the temporary all-gathered layers of ZeRO-3 / FSDP, communication buckets
@@ -68,7 +74,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from shunter.jobspec.models import JobSpec
+from shunter.jobspec.elastic import accumulation_at, at_width
+from shunter.jobspec.spec import JobSpec
 
 __all__ = ["MEMORY_BASIS", "MemoryEstimate", "Plan", "plan_for"]
 
@@ -115,7 +122,13 @@ class Plan(BaseModel):
     mesh: dict[str, int | None] = Field(description="device-mesh dims, outer to inner")
     data_parallel_size: int = Field(description="ranks that see different data")
     tensor_parallel_size: int
+    context_parallel_size: int = Field(1, description="ranks splitting each sequence")
     per_device_batch_size: int
+    sequence_tokens_per_device: int = Field(
+        0,
+        description="tokens of one micro-batch whose activations a device holds: "
+        "per_device_train_batch_size x data.max_length / context_parallel_size",
+    )
     global_batch_size: int = Field(description="per-device x data-parallel ranks")
     accumulated_batch_size: int = Field(description="global x gradient_accumulation_steps")
     gradient_accumulation_steps: int
@@ -146,11 +159,40 @@ def plan_for(
     ``optimizer_state_bytes`` / ``quantized_param_bytes``: one replica's optimizer states and
     quantized parameters from the model's layout (``shunter.jobspec.optim_bytes``)."""
     notes: list[str] = []
+    if spec.resources.elastic:  # the narrowest width holds the most per GPU (FSDP shards)
+        notes.append(
+            f"elastic: planned at min, {spec.resources.min_workers} workers "
+            f"(gradient_accumulation_steps {accumulation_at(spec, spec.resources.min_workers)})"
+        )
+        spec = at_width(spec, spec.resources.min_workers)
     d, t, r = spec.distributed, spec.training, spec.resources
-    world = r.num_workers
+    world = r.min_workers
     tp = d.tensor_parallel_size if d.strategy in ("tp", "fsdp+tp") else 1
-    dp = max(1, world // tp)
+    pp = d.pipeline_parallel_size  # > 1 under ddp only: a dp x pp mesh
+    cp = d.context_parallel_size  # > 1 under ddp / fsdp (dp x cp), fsdp+tp (dp x cp x tp)
+    dp = max(1, world // (tp * pp * cp))
     mesh, shard_group = _mesh(spec, dp=dp, tp=tp, notes=notes)
+    tokens = t.per_device_train_batch_size * spec.data.max_length // cp
+    if cp > 1:  # FSDP shards over the flattened dp x cp mesh (trainer_core.parallel.context)
+        mesh, shard_group = {"dp": dp, "cp": cp}, dp * cp
+        states = "whole on every rank"
+        if d.strategy == "fsdp+tp":
+            mesh = {"dp": dp, "cp": cp, "tp": tp}
+            states = f"sharded over dp x cp ({dp * cp} ranks) x tp ({tp})"
+        elif d.strategy == "fsdp":
+            states = "sharded over dp x cp"
+        notes.append(
+            f"context parallel: each rank holds activations for 1/{cp} of every sequence "
+            f"({tokens} tokens per micro-batch instead of {tokens * cp}); model states are "
+            f"{states}"
+        )
+    if pp > 1:
+        mesh, shard_group = {"dp": dp, "pp": pp}, dp
+        notes.append(
+            "pipeline: model states are counted for the whole model on every rank, an upper "
+            f"bound (a stage holds 1/{pp} of the decoder layers, the first also the embedding, "
+            "the last the final norm and LM head)"
+        )
     global_batch = t.per_device_train_batch_size * dp
     steps_per_epoch, total, exact = _steps(spec, dp=dp, train_rows=train_rows, notes=notes)
     adapters = spec.model.lora is not None or spec.model.peft is not None
@@ -178,7 +220,9 @@ def plan_for(
         mesh=mesh,
         data_parallel_size=dp,
         tensor_parallel_size=tp,
+        context_parallel_size=cp,
         per_device_batch_size=t.per_device_train_batch_size,
+        sequence_tokens_per_device=tokens,
         global_batch_size=global_batch,
         accumulated_batch_size=global_batch * t.gradient_accumulation_steps,
         gradient_accumulation_steps=t.gradient_accumulation_steps,
@@ -273,6 +317,10 @@ def _memory(
     else:
         b = _DTYPE_BYTES[spec.model.dtype]
         b_param, b_grad, b_optim = b, b, _LOW_BIT_BYTES.get(t.optim, states * b)
+        if spec.model.lora is not None or spec.model.peft is not None:
+            # PEFT keeps adapter weights in float32 whatever the base's dtype
+            # (get_peft_model's autocast_adapter_dtype): their grads and states are fp32 too.
+            b_grad, b_optim = 4, _LOW_BIT_BYTES.get(t.optim, states * 4)
     s_param, s_grad, s_optim = 1, 1, 1
     off_param = off_grad = off_optim = False
     if d.strategy == "deepspeed":
@@ -298,14 +346,23 @@ def _memory(
         return None if count is None else -(-count * nbytes // (shard * tp))
 
     params = part(param_count, b_param, s_param, off_param)
+    adapter_extra = 0  # fp32 adapter weights beyond b_param each (see b_grad above)
+    if b_grad == 4 and b_param < 4 and trainable_count is not None:
+        adapter_extra = trainable_count * (4 - b_param)
+        if params is not None:
+            params += -(-adapter_extra // (s_param * tp))
     quant = spec.model.quantization
     if quant is not None and not off_param:
         if quantized_param_bytes is None and param_count is not None:
             per = 0.5 + 4 / 64 if quant.bits == 4 else 1.0
             quantized_param_bytes = math.ceil(param_count * per)
             notes.append("quantized base: every parameter counted quantized (layout unknown)")
+        # The base (quantized_param_bytes) plus the fp32 adapters trained on it.
+        adapters = None if trainable_count is None else 4 * trainable_count
         params = (
-            None if quantized_param_bytes is None else -(-quantized_param_bytes // (s_param * tp))
+            None
+            if quantized_param_bytes is None or adapters is None
+            else -(-(quantized_param_bytes + adapters) // (s_param * tp))
         )
     grads = part(trainable_count, b_grad, s_grad, off_grad)
     optim = part(trainable_count, b_optim, s_optim, off_optim)

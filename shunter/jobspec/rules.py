@@ -18,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from shunter.jobspec.deepspeed import deepspeed_config_problems
+from shunter.jobspec.elastic import attempt_errors, elastic_errors
 from shunter.jobspec.errors import FieldError
-from shunter.jobspec.models import JobSpec
 from shunter.jobspec.optim_rules import optimizer_errors
 from shunter.jobspec.safety import safety_errors
+from shunter.jobspec.spec import JobSpec
 from shunter.jobspec.topology import topology_errors
 
 __all__ = [
@@ -61,7 +62,14 @@ _Check = Callable[[JobSpec], Iterator[FieldError]]
 
 
 def cross_field_errors(spec: JobSpec) -> list[FieldError]:
-    """Every cross-field rule the spec breaks, in a stable order."""
+    """Every cross-field rule the spec breaks, in a stable order; an elastic spec's are its
+    own rules and these at each width (``shunter.jobspec.elastic``)."""
+    if spec.resources.elastic:
+        return list(elastic_errors(spec, _rigid_errors))
+    return [*attempt_errors(spec), *_rigid_errors(spec)]
+
+
+def _rigid_errors(spec: JobSpec) -> list[FieldError]:
     return [err for check in _CHECKS for err in check(spec)]
 
 
@@ -248,7 +256,7 @@ def _best_model(spec: JobSpec) -> Iterator[FieldError]:
 
 
 def _parallelism(spec: JobSpec) -> Iterator[FieldError]:
-    d, workers = spec.distributed, spec.resources.num_workers
+    d, workers = spec.distributed, spec.resources.max_workers
     tp = d.tensor_parallel_size
     if d.strategy in _TP_STRATEGIES:
         if tp < 2:

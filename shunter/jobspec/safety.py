@@ -24,7 +24,7 @@ from importlib import resources
 from typing import Any
 
 from shunter.jobspec.errors import FieldError
-from shunter.jobspec.models import JobSpec
+from shunter.jobspec.spec import JobSpec
 
 __all__ = [
     "DEEPSPEED_ALLOWED",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shunter.jobspec.models import JobSpec
+from shunter.jobspec.spec import JobSpec
 
 __all__ = ["SCHEMA_DIALECT", "SCHEMA_ID", "jobspec_json_schema"]
 

@@ -20,9 +20,9 @@ from typing import Any
 
 from shunter.jobspec.model_files import read_config, tokenizer_size
 from shunter.jobspec.model_layouts import layout
-from shunter.jobspec.models import JobSpec
 from shunter.jobspec.optim_bytes import optimizer_state_bytes, quantized_param_bytes
 from shunter.jobspec.param_count import HEAD_OF_TASK, count_params, task_config, trainable_params
+from shunter.jobspec.spec import JobSpec
 
 __all__ = [
     "local_counts",
@@ -96,23 +96,26 @@ def spec_memory_facts(
 
 def local_memory_facts(spec: JobSpec, base: Path | None = None) -> dict[str, int | None]:
     """``spec_memory_facts`` offline, with ``local_counts``' folders."""
-    m = spec.model
-    model_dir = _folder(m.name_or_path, base)
-    local_config = read_config(model_dir) if model_dir is not None else None
-    tok_dir = _folder(m.tokenizer or m.name_or_path, base)
-    vocab = tokenizer_size(tok_dir) if m.from_scratch and tok_dir is not None else None
+    local_config, vocab = _local_inputs(spec, base)
     return spec_memory_facts(spec, local_config=local_config, vocab_size=vocab)
 
 
 def local_counts(spec: JobSpec, base: Path | None = None) -> tuple[int | None, int | None]:
     """Counts offline: ``name_or_path`` / ``tokenizer`` read as folders under ``base`` (the
     working directory by default) when they are; otherwise unknown as for a hub model."""
+    local_config, vocab = _local_inputs(spec, base)
+    return spec_param_counts(spec, local_config=local_config, vocab_size=vocab)
+
+
+def _local_inputs(spec: JobSpec, base: Path | None) -> tuple[dict[str, Any] | None, int | None]:
+    """The model's config.json and (from scratch) the tokenizer's size, from the folders
+    ``name_or_path`` / ``tokenizer`` name under ``base`` when they are folders."""
     m = spec.model
     model_dir = _folder(m.name_or_path, base)
     local_config = read_config(model_dir) if model_dir is not None else None
     tok_dir = _folder(m.tokenizer or m.name_or_path, base)
     vocab = tokenizer_size(tok_dir) if m.from_scratch and tok_dir is not None else None
-    return spec_param_counts(spec, local_config=local_config, vocab_size=vocab)
+    return local_config, vocab
 
 
 def _folder(value: str | None, base: Path | None) -> Path | None:

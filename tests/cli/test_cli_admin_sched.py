@@ -44,7 +44,12 @@ def test_team_patch_and_usage(live: LiveServer) -> None:
         )
     )
     assert patched["weight"] == 3 and patched["max_priority"] == "high"
-    assert patched["quota"] == {"max_gpus": 4, "max_cpus": None, "max_running_jobs": None}
+    assert patched["quota"] == {
+        "max_gpus": 4,
+        "max_cpus": None,
+        "max_running_jobs": None,
+        "max_gpus_by_type": None,
+    }
     bad = run(live, "admin", "team", "patch", team, "--max-priority", "urgent")
     assert bad.exit_code != 0 and "max_priority" in bad.output
     rows = as_json(run(live, "admin", "usage", team, "--since", "2026-01-01T00:00:00Z", "--json"))
@@ -107,7 +112,7 @@ def test_queue_and_show_render_etas() -> None:
     from rich.console import Console
 
     from shunter.cli.render import eta_text, queue_table
-    from shunter.client.models import QueueEntry
+    from shunter.client.responses import QueueEntry
 
     soon = datetime.now(UTC) + timedelta(minutes=30)
     assert eta_text(None) == "unknown" and "(in 30 min)" in eta_text(soon)
@@ -139,7 +144,7 @@ def test_queue_table_marks_a_stale_eta() -> None:
     from rich.console import Console
 
     from shunter.cli.render import queue_table
-    from shunter.client.models import QueueEntry
+    from shunter.client.responses import QueueEntry
 
     soon = datetime.now(UTC) + timedelta(minutes=30)
     console = Console(width=200, record=True)

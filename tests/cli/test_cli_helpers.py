@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from shunter.cli import app
 from shunter.cli.overrides import OverrideError, apply_overrides, parse_value
 from shunter.cli.render import job_detail, sparkline
-from shunter.client.models import Job
+from shunter.client.responses import Job
 
 
 @pytest.mark.parametrize(

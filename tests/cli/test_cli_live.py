@@ -193,7 +193,7 @@ def test_metrics_csv_logs_checkpoints_queue_cancel(
 
 
 def test_stacks_prints_a_hung_attempts_dump(live: LiveServer, member: str, spec_file: Path) -> None:
-    from service.jobs.health_files import HealthFiles
+    from service.health.rank_files import HealthFiles
 
     job = as_json(run(live, "submit", str(spec_file), "--json", token=member))
     files = HealthFiles(live.home / "storage")  # the service's default storage

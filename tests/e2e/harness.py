@@ -211,9 +211,13 @@ class ApiServer:
             if not cursor:
                 return out
 
-    def metrics(self, job_id: str, name: str | None = None) -> list[dict[str, Any]]:
+    def metrics(
+        self, job_id: str, name: str | None = None, *, attempts: str = "all"
+    ) -> list[dict[str, Any]]:
+        """Every attempt's points by default (the tests check each attempt's steps); the
+        API's own default, ``attempts="latest"``, lists each step once."""
         params = {"name": name} if name else {}
-        return self.pages(f"/v1/jobs/{job_id}/metrics", **params)
+        return self.pages(f"/v1/jobs/{job_id}/metrics", attempts=attempts, **params)
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return self.pages(f"/v1/jobs/{job_id}/events")

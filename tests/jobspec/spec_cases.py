@@ -144,7 +144,7 @@ BAD_SPECS: list[tuple[str, dict[str, Any], str, str]] = [
     ("unknown-fsdp-key", _good(distributed={"fsdp": {"shardng": "full_shard"}}),
      "distributed.fsdp.shardng", "did you mean 'sharding'?"),
     ("unknown-key-no-match", _good(resources__zzz=1), "resources.zzz",
-     "allowed: cpus_per_worker, gpus_per_worker, num_workers"),
+     "allowed: accelerator, cpus_per_worker, elastic_from, gpus_per_worker, num_workers"),
     ("alias-lr", _good(training__lr=1e-3), "training.lr", "did you mean 'learning_rate'?"),
     ("substring-gpus", _good(resources__gpus=1), "resources.gpus",
      "did you mean 'gpus_per_worker'?"),

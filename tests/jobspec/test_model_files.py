@@ -41,7 +41,7 @@ def test_counting_loads_no_heavy_package() -> None:
         "import sys\n"
         "from shunter.jobspec.param_count import count_params, trainable_params\n"
         "from shunter.jobspec.spec_counts import local_counts\n"
-        "from shunter.jobspec.models import LoraSpec\n"
+        "from shunter.jobspec.spec import LoraSpec\n"
         "c = {'model_type': 'llama', 'hidden_size': 8, 'intermediate_size': 8,\n"
         "     'num_hidden_layers': 1, 'num_attention_heads': 2, 'vocab_size': 10}\n"
         "assert count_params(c) > 0 and trainable_params(c, lora=LoraSpec(r=1)) > 0\n"

@@ -7,16 +7,17 @@ tests/trainer_core/test_optim_lowmem.py) and the quantized base's bytes.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pytest
 
 from shunter.jobspec import SpecError, validate
 from shunter.jobspec.model_layouts import layout
-from shunter.jobspec.models import JobSpec
 from shunter.jobspec.optim_bytes import optimizer_state_bytes, quantized_param_bytes
 from shunter.jobspec.param_count import task_config
 from shunter.jobspec.plan import plan_for
+from shunter.jobspec.spec import JobSpec
 from shunter.jobspec.spec_counts import spec_memory_facts
 
 GALORE = {"optim": "galore_adamw", "optim_target_modules": ["attn", "mlp"]}
@@ -133,14 +134,6 @@ def test_loraplus_with_lora_accepted() -> None:
             "model.quantization.quant_type",
             "4-bit only",
         ),
-        (
-            {
-                "model": {"lora": {"merge_on_save": True}, "quantization": {"bits": 4}},
-                "resources": {"gpus_per_worker": 1},
-            },
-            "model.lora.merge_on_save",
-            "not supported yet",
-        ),
     ],
 )
 def test_refused_with_the_field_and_the_fix(parts: dict[str, Any], loc: str, phrase: str) -> None:
@@ -164,6 +157,14 @@ def test_qlora_on_gpus_accepted() -> None:
         )
     )
     assert spec.model.quantization is not None and spec.model.quantization.bits == 4
+    # The merge goes into the de-quantized base (trainer_core.dequant; the GPU set runs it).
+    merged = validate(
+        raw(
+            model={"lora": {"merge_on_save": True}, "quantization": {"bits": 4}},
+            resources={"gpus_per_worker": 1},
+        )
+    )
+    assert merged.model.lora is not None and merged.model.lora.merge_on_save
 
 
 def _shape() -> Any:
@@ -224,13 +225,19 @@ def test_plan_quantized_base() -> None:
     q = spec.model.quantization
     assert q is not None
     got = quantized_param_bytes(shape, q, 2)
-    full = shape.total * 2
-    # 4-bit linears (+ fp32 absmax per 64), the bf16 embeddings and output head whole.
-    assert full / 4 < got < full / 1.5
+    # 4-bit linears (+ an fp32 absmax per 64); the rest (embeddings, norms, the output head)
+    # float32, as PEFT's prepare_model_for_kbit_training leaves them, whatever model.dtype.
+    quantized = [
+        x.fan_in * x.fan_out for x in shape.linears if not x.tied and x.name != shape.output
+    ]
+    want = sum(math.ceil(n / 2) + 4 * math.ceil(n / 64) for n in quantized)
+    assert got == want + 4 * (shape.total - sum(quantized))
+    # The plan adds the fp32 adapters (10 trainable parameters) to the quantized base.
     plan = plan_for(spec, param_count=shape.total, trainable_count=10, quantized_param_bytes=got)
-    assert plan.memory.params_bytes == got
+    assert plan.memory.params_bytes == got + 4 * 10
+    assert (plan.memory.grads_bytes, plan.memory.optimizer_bytes) == (4 * 10, 8 * 10)
     fallback = plan_for(spec, param_count=1000, trainable_count=10)
-    assert fallback.memory.params_bytes == 563  # 0.5 + 1/16 B per parameter
+    assert fallback.memory.params_bytes == 563 + 40  # 0.5 + 1/16 B per parameter, fp32 adapters
 
 
 def test_bytes_model_sums_per_tensor() -> None:

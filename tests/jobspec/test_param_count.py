@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from shunter.jobspec.model_layouts import _DEFAULTS, FAMILIES, LLAMA_STYLE, effective_config, layout
-from shunter.jobspec.models import LoraSpec, PeftSpec
 from shunter.jobspec.param_count import count_params, task_config, trainable_params
+from shunter.jobspec.spec import LoraSpec, PeftSpec
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")

@@ -100,13 +100,17 @@ OVERRIDES: dict[str, st.SearchStrategy[Any] | None] = {
     "model.quantization": None,  # GPU workers, LoRA and ddp only: test_optimizers.py
     "distributed.deepspeed.config": _DS_CONFIG,
     "distributed.tensor_parallel_size": st.sampled_from([1, 2]),
-    # Pipeline / context parallel: refused at submit until the loop runs them (topology.py).
+    # Pipeline: its own rules and tests (test_parallel_3d_rules.py, test_pipeline_loop.py).
     "distributed.pipeline_parallel_size": None,
     "distributed.pipeline_schedule": None,
     "distributed.pipeline_microbatches": None,
-    "distributed.context_parallel_size": None,
+    "distributed.context_parallel_size": st.sampled_from([1, 2]),
     "resources.num_workers": st.sampled_from([1, 2, 3, 4, 6, 8]),
     "resources.gpus_per_worker": st.sampled_from([0, 1]),
+    # Webhooks have their own tests (tests/service/webhooks); drawn here, a notify entry
+    # lacks its url (a free string) and is refused: one spec in seven was wasted on it.
+    "notify": None,
+    "resources.elastic_from": None,  # the service's, on an elastic job's attempts (a 422 here)
 }
 # What each task needs beside the schema: its columns (train.csv has sentence,label) and labels.
 _CLASSES = {"model": {"num_labels": 2}, "data": {"label_field": "label"}}
@@ -232,7 +236,7 @@ def plan(spec: JobSpec, out: Path) -> list[tuple[str, int]]:
             training=TrainingValues.from_training(t, total_steps=total),
             hidden_size=_hidden_size(spec),
         )
-    if cfg.strategy in ("ddp", "deepspeed"):
+    if cfg.strategy in ("ddp", "deepspeed") and cfg.context_parallel_size == 1:
         return []
     # One node per worker (Ray) or all on one node (torchrun): both are real layouts.
     dims = [mesh_dims(cfg, world, local_world=local) for local in (1, world)]
@@ -244,8 +248,11 @@ def plan(spec: JobSpec, out: Path) -> list[tuple[str, int]]:
 def test_valid_specs_build_a_trainer_plan(root: Path, tmp_path: Path) -> None:
     seen: Counter[str] = Counter()
 
+    # Derandomized: the same 200 draws every run. Random draws admitted 7-22% of specs from
+    # run to run, so the not-vacuous bar below (10%) failed now and then (CI, stop 36).
     @settings(
         max_examples=200,
+        derandomize=True,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
@@ -269,6 +276,14 @@ def test_valid_specs_build_a_trainer_plan(root: Path, tmp_path: Path) -> None:
     ("distributed", "world", "local", "dims"),
     [
         ({"strategy": "fsdp"}, 4, 4, [("dp_shard", 4)]),
+        ({"strategy": "ddp", "context_parallel_size": 2}, 4, 4, [("dp", 2), ("cp", 2)]),
+        ({"strategy": "fsdp", "context_parallel_size": 4}, 4, 1, [("dp", 1), ("cp", 4)]),
+        (  # the 3-D mesh: TP innermost, the flattened dp x cp contiguous (mesh.mesh_dims)
+            {"strategy": "fsdp+tp", "tensor_parallel_size": 2, "context_parallel_size": 2},
+            8,
+            8,
+            [("dp", 2), ("cp", 2), ("tp", 2)],
+        ),
         (  # TP groups replicated: FSDP2 with a shard dim of 1
             {"strategy": "tp", "tensor_parallel_size": 2},
             4,

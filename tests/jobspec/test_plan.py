@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from shunter.jobspec import validate
-from shunter.jobspec.models import JobSpec
 from shunter.jobspec.plan import plan_for
+from shunter.jobspec.spec import JobSpec
 
 P = 1_000_000  # parameters of the pretend model
 

@@ -47,8 +47,8 @@ def _undescribed(node: Any, where: str) -> Iterator[str]:
 
 def test_every_property_has_a_description() -> None:
     missing = list(_undescribed(jobspec_json_schema(), "#"))
-    assert not missing, (
-        "add a Field(description=...) in shunter/jobspec/models.py for: " + ", ".join(missing)
+    assert not missing, "add a Field(description=...) in shunter/jobspec/spec.py for: " + ", ".join(
+        missing
     )
 
 
@@ -64,7 +64,7 @@ def test_committed_schema_and_reference_are_current(tmp_path: Path) -> None:
         committed = DOCS / fresh.name
         assert committed.is_file(), f"docs/{fresh.name} is missing: run {REGENERATE}"
         assert committed.read_text(encoding="utf-8") == fresh.read_text(encoding="utf-8"), (
-            f"docs/{fresh.name} is out of date with shunter/jobspec/models.py: run {REGENERATE}"
+            f"docs/{fresh.name} is out of date with shunter/jobspec/spec.py: run {REGENERATE}"
         )
 
 

@@ -271,8 +271,10 @@ def test_example_yaml_and_json_agree_and_validate(name: str, example_roots: list
     assert spec.model.tokenizer == models
     assert spec.resources.model_dump() == {
         "num_workers": 2,
+        "elastic_from": None,
         "gpus_per_worker": 0,
         "cpus_per_worker": 1.0,
+        "accelerator": None,
     }
     assert spec.data.train.path is not None
     assert spec.data.train.path.startswith(os.path.realpath(EXAMPLES / "data"))

@@ -150,7 +150,7 @@ def test_bad_files_and_requests_name_the_line_or_field(oai: Callable[..., OpenAI
 def test_a_checkpoint_names_the_model_download_of_its_step(
     oai: Callable[..., OpenAI], db: Any
 ) -> None:
-    from service.db.models import Checkpoint
+    from service.db.tables import Checkpoint
     from shunter.model_names import model_ref
 
     c = oai()

@@ -49,7 +49,7 @@ def set_status(db: Any, job_id: str, status: str, *, days_ago: float = 0.0) -> N
 
     from sqlalchemy import update
 
-    from service.db.models import Job
+    from service.db.tables import Job
 
     finished = datetime.now(UTC) - timedelta(days=days_ago)
     terminal = status in {"succeeded", "failed", "cancelled"}

@@ -10,7 +10,7 @@ from typing import Any
 from sec_helpers import bearer, submit, tiny_spec
 from sqlalchemy import update
 
-from service.db.models import Job
+from service.db.tables import Job
 
 _BIG = {f"label_{i:04d}": "x" * 200 for i in range(200)}  # ~45 KB of config per spec
 

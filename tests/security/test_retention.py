@@ -10,7 +10,7 @@ from typing import Any
 from sec_helpers import bearer, set_status, submit
 from sqlalchemy import func, select
 
-from service.db.models import AuditLog, Event, Job
+from service.db.tables import AuditLog, Event, Job
 
 
 def _storage_dir(settings: Any, job_id: str) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
-from service.db.models import Event, Job
+from service.db.tables import Event, Job
 from service.launch import LaunchState, LaunchStatus
 
 

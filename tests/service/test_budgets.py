@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import update
 
 from service.accounts.budgets import current_period
-from service.db.models import Attempt
+from service.db.tables import Attempt
 from tests.service.svc_helpers import bearer, claim, tiny_spec
 
 

@@ -25,7 +25,7 @@ from service.jobs import checkpoint_models
 from service.jobs.checkpoint_models import CheckpointSource, cached_model, export_config
 from trainer_core import JsonlReporter, TrainConfig, train
 from trainer_core.data import load_tokenized
-from trainer_core.loop import _evaluate
+from trainer_core.evaluation import evaluate as _evaluate
 from trainer_core.parallel.torch_engine import TorchEngine
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -142,7 +142,7 @@ def download(client: Any, token: str, job_id: str, step: int, dest: Path) -> Pat
 
 
 def eval_loss(model: torch.nn.Module, folder: Path, spec: dict[str, Any], tmp: Path) -> float:
-    """The trainer's own evaluation (``trainer_core.loop._evaluate``) of ``model`` on the
+    """The trainer's own evaluation (``trainer_core.evaluation.evaluate``) of ``model`` on the
     job's eval set, tokenised with the downloaded tokenizer."""
     from transformers import AutoTokenizer
 

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, tiny_spec
 
 from service.app import create_app
-from service.db.models import Job, MetricPoint
+from service.db.tables import Job, MetricPoint
 from service.launch import InMemoryLauncher
 
 

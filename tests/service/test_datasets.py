@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, tiny_spec
 
 import storage
-from service.db.models import Job, ObjectRef, TeamObject
+from service.db.tables import Job, ObjectRef, TeamObject
 from storage.manifest import MANIFEST
 
 TSV = b"sentence\tlabel\ngood film\t1\nbad film\t0\nfine film\t1\n"

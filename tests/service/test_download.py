@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import update
 from svc_helpers import bearer, submit, tiny_spec
 
-from service.db.models import Job
+from service.db.tables import Job
 
 
 def test_final_model_downloads_as_a_tar(

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import func, select
 from svc_helpers import bearer, tiny_spec
 
-from service.db.models import Event, IdempotencyKey, Job
+from service.db.tables import Event, IdempotencyKey, Job
 from service.launch import InMemoryLauncher, NodeResources
 
 

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, tiny_spec
 
 from service.app import create_app
-from service.db.models import Checkpoint, Event, MetricPoint
+from service.db.tables import Checkpoint, Event, MetricPoint
 from service.launch import InMemoryLauncher
 from service.settings import Settings
 

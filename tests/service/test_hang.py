@@ -15,20 +15,19 @@ import pytest
 from sqlalchemy import event, select
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
-from service.db.models import Attempt, Job
-from service.jobs.hang import HangWatch, watched
-from service.jobs.hang_rule import (
-    HangBounds,
+from service.db.tables import Attempt, Job
+from service.health.hang import HangWatch, watched
+from service.health.hang_rule import (
     StepTimes,
-    bound_errors,
     decide_after_hang,
     hang_verdict,
     hung_step,
 )
-from service.jobs.health_files import files_for
+from service.health.rank_files import files_for
+from service.jobs.hang_bounds import HangBounds, bound_errors
 from service.launch import LaunchState, LaunchStatus, RankStack
 from shunter.jobspec import JobSpec
-from shunter.jobspec.models import HangSpec
+from shunter.jobspec.spec import HangSpec
 
 T0 = datetime(2026, 11, 25, 6, 0, tzinfo=UTC)
 HANG = HangSpec(factor=10, floor_s=60, startup_s=120)

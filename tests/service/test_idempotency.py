@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from svc_helpers import bearer, tiny_spec
 
-from service.db.models import IdempotencyKey, Job
+from service.db.tables import IdempotencyKey, Job
 
 
 def _jobs(db: Any) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 
 from svc_helpers import bearer, submit, tiny_spec
 
-from service.db.models import Checkpoint
+from service.db.tables import Checkpoint
 
 
 def _with_checkpoints(client: Any, db: Any, token: str) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import func, select
 from svc_helpers import bearer, claim, internal, submit
 
-from service.db.models import Checkpoint, MetricPoint
+from service.db.tables import Checkpoint, MetricPoint
 
 
 def _points(db: Any) -> int:

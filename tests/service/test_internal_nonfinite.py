@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from svc_helpers import bearer, claim, submit
 
-from service.jobs.attempts import HEALTH_EVENTS
+from service.health.divergence import HEALTH_EVENTS
 from worker.internal_api import InternalApi, json_safe
 
 

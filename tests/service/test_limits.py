@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from svc_helpers import bearer, tiny_spec
 
-from service.db.models import Event, Job
+from service.db.tables import Event, Job
 
 
 @pytest.fixture

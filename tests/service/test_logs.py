@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import update
 from svc_helpers import bearer, claim, internal, submit
 
-from service.db.models import Attempt
+from service.db.tables import Attempt
 from service.jobs.logs import LogStore
 from service.jobs.states import JobStatus, transition
 

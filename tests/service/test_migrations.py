@@ -11,7 +11,7 @@ from alembic.migration import MigrationContext
 
 from service.db.engine import make_engine
 from service.db.migrate import downgrade, upgrade
-from service.db.models import Base
+from service.db.tables import Base
 
 
 def _diff(url: str) -> list[Any]:

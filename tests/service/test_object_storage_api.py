@@ -18,7 +18,7 @@ from sqlalchemy import update
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
 import storage
-from service.db.models import Job
+from service.db.tables import Job
 from worker.probe import probe
 
 

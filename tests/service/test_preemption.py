@@ -1,4 +1,4 @@
-"""Checkpoint-now (service.jobs.preemption) with the in-memory launcher: a request reaches the
+"""Checkpoint-now (service.jobs.checkpoint_now) with the in-memory launcher: a request reaches the
 attempt through its heartbeat; the attempt's ``preempted`` report requeues (or pauses) the job
 from the checkpoint it just registered, without using an infra retry; an attempt that does not
 checkpoint in time is stopped and resumes from its last verified checkpoint; pause/resume over
@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import select, update
 from svc_helpers import bearer, claim, internal, submit
 
-from service.db.models import Attempt, Job
+from service.db.tables import Attempt, Job
 from service.errors import BadRequest
-from service.jobs.preemption import request_preemption
+from service.jobs.checkpoint_now import request_preemption
 from service.launch import LaunchState, LaunchStatus
 from service.scheduler.loop import Scheduler
 
@@ -250,3 +250,25 @@ def test_restart_event_counts_and_metrics_carry_attempt(
     )
     points = client.get(f"/v1/jobs/{job_id}/metrics", headers=bearer(admin_token)).json()["data"]
     assert [(p["step"], p["attempt"]) for p in points] == [(1, 1), (2, 2)]
+
+
+def test_a_repeated_restart_report_writes_one_event(client: Any, admin_token: str, db: Any) -> None:
+    """The controller's outbox may send a restart report twice (its reply lost in a cut, or
+    replayed from disk): one event and one count per ``seq``; a later restart still counts."""
+    job_id = submit(client, admin_token)["id"]
+    n, t = claim(db, job_id)
+    h = _run(client, job_id, n, t)
+    first = {"rank": 1, "node": "n1", "cause": "ActorDiedError: x", "resumed_from_step": 4}
+    for _ in range(3):
+        r = client.post(internal(job_id, n, "restarts"), json={**first, "seq": 1}, headers=h)
+        assert r.status_code == 200, r.text
+    second = {**first, "resumed_from_step": 8, "seq": 2}
+    for _ in range(2):
+        assert client.post(internal(job_id, n, "restarts"), json=second, headers=h).is_success
+    client.post(internal(job_id, n, "restarts"), json={**first, "seq": 1}, headers=h)  # late
+    restarted = [e for e in _events(client, admin_token, job_id) if e["type"] == "worker_restarted"]
+    assert [("step 4" in e["message"], "step 8" in e["message"]) for e in restarted] == [
+        (True, False),
+        (False, True),
+    ], restarted
+    assert _job(client, admin_token, job_id)["restarts"] == 2

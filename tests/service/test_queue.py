@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
-from service.policy.plan import (
+from service.policy.planner import (
     NodeFree,
     PolicyConfig,
     QueueDecision,

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select, update
 
-from service.db.models import Attempt, Event
+from service.db.tables import Attempt, Event
 from service.launch import (
     ClusterResources,
     ClusterUnavailable,

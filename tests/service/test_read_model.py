@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import event, update
 from svc_helpers import bearer, submit, tiny_spec
 
-from service.db.models import Job
+from service.db.tables import Job
 
 
 def _position(client: Any, token: str, job_id: str) -> int | None:

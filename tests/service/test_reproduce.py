@@ -12,7 +12,7 @@ import pytest
 
 from service.jobs.reproduce import HASH_MAX_BYTES, submit_record
 from shunter.jobspec import JobSpec
-from shunter.jobspec.models import TASKS
+from shunter.jobspec.spec import TASKS
 from tests.service.svc_helpers import bearer, claim, internal, submit, tiny_spec
 
 REPO = Path(__file__).resolve().parents[2]

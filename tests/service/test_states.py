@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from svc_helpers import claim, submit
 
 from service.accounts.auth import hash_token, new_token
-from service.db.models import Attempt, Event, Job
+from service.db.tables import Attempt, Event, Job
 from service.errors import IllegalTransition, NotFound
 from service.jobs.states import (
     LEGAL_MOVES,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.db.models import Attempt, Event, Job
+from service.db.tables import Attempt, Event, Job
 from tests.service.svc_helpers import bearer, claim, internal, submit
 
 OUTAGE = {"type": "storage_unavailable", "message": "object storage unavailable: listing ..."}

@@ -14,9 +14,9 @@ import pytest
 from sqlalchemy import update
 from svc_helpers import bearer, claim, internal, submit, tiny_spec
 
-from service.db.models import NodeCordon
-from service.jobs.straggler import cordoned_nodes
-from service.jobs.straggler_rule import (
+from service.db.tables import NodeCordon
+from service.health.straggler import cordoned_nodes
+from service.health.straggler_rule import (
     complete,
     cordon_due,
     rank_times,
@@ -27,7 +27,7 @@ from service.launch import InMemoryLauncher, LaunchState, LaunchStatus, NodeReso
 from service.policy import capacity
 from service.scheduler.cluster_view import without_cordoned
 from service.scheduler.loop import Scheduler
-from shunter.client.models import NodeCordon as NodeCordonModel
+from shunter.client.responses import NodeCordon as NodeCordonModel
 from shunter.jobspec import JobSpec
 from worker.driver import avoid_nodes_selector
 

@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import select, update
 from svc_helpers import bearer, claim, internal, tiny_spec
 
-from service.db.models import Attempt, Job, Sweep, SweepTrial
-from service.jobs.preemption import request_preemption
+from service.db.tables import Attempt, Job, Sweep, SweepTrial
+from service.jobs.checkpoint_now import request_preemption
 from service.sweeps.controller import SweepController
 
 

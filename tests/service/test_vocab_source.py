@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from service.db import models as db
+from service.db import tables as db
 from service.housekeeping.retention import JobAge, expired
 from service.jobs.states import ACTIVE_STATES, TERMINAL, JobStatus
-from shunter.client import models as client
+from shunter.client import responses as client
 from shunter.jobspec import vocab
 
 

@@ -1,6 +1,7 @@
-"""An object's manifest (``storage.manifest``) lists files exactly as a checkpoint's
-(``trainer_core.manifest``) does, so one verifier reads both; its digest is the SHA-256 of the
-bytes stored; publishing writes the manifest last and the same bytes twice store one object."""
+"""An object's manifest (``storage.manifest``) lists files with the table a checkpoint's
+(``trainer_core.manifest``) is built with, so one verifier reads both; its digest is the
+SHA-256 of the bytes stored; publishing writes the manifest last and the same bytes twice
+store one object."""
 
 from __future__ import annotations
 
@@ -32,15 +33,26 @@ def _folder(tmp_path: Path) -> Path:
     return root
 
 
-def test_the_file_table_is_the_checkpoint_manifests(tmp_path: Path) -> None:
+def test_the_file_table_lists_size_hash_and_blocks(tmp_path: Path) -> None:
+    """One table for objects and checkpoints: a small file is its size and SHA-256, a file past
+    one block (or exactly two) also lists each block's SHA-256."""
     root = _folder(tmp_path)
-    assert object_file_table(root) == ckpt.file_table(root)
-    assert (
-        object_file_table(root)["sub/big.bin"]["blocks"][0]
-        == hashlib.sha256(
-            (bytes(range(256)) * (ckpt.BLOCK_SIZE // 256 + 3))[: ckpt.BLOCK_SIZE]
-        ).hexdigest()
-    )
+    table = object_file_table(root)
+    assert ckpt.file_table(root) == table
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    assert table["small.txt"] == {"size": 5, "sha256": sha(b"hello")}
+    assert table["empty.bin"] == {"size": 0, "sha256": sha(b"")}
+    big = bytes(range(256)) * (ckpt.BLOCK_SIZE // 256 + 3)
+    assert table["sub/big.bin"] == {
+        "size": len(big),
+        "sha256": sha(big),
+        "block_size": ckpt.BLOCK_SIZE,
+        "blocks": [sha(big[: ckpt.BLOCK_SIZE]), sha(big[ckpt.BLOCK_SIZE :])],
+    }
+    edge = b"\1" * ckpt.BLOCK_SIZE
+    assert table["sub/edge.bin"]["blocks"] == [sha(edge), sha(edge)]
+    small = object_file_table(root, block_size=2)
+    assert small["small.txt"]["blocks"] == [sha(b"he"), sha(b"ll"), sha(b"o")]
 
 
 def test_publish_writes_a_verifiable_object_once(

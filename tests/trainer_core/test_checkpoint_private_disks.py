@@ -157,6 +157,7 @@ def _tokenize_main(rank: int, port: int, root: str, text: str) -> None:
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    leave()
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from tests.trainer_core.test_strategies_train import _STRATEGIES, _corpus, _spec
 from trainer_core import TrainConfig
 from trainer_core.consolidate import export_checkpoint
 from trainer_core.data import load_tokenized
-from trainer_core.loop import _evaluate
+from trainer_core.evaluation import evaluate as _evaluate
 from trainer_core.parallel.torch_engine import TorchEngine
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

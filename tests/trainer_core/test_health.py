@@ -14,7 +14,7 @@ import torch
 from tc_helpers import tiny_llama_spec, write_corpus
 from torch import nn
 
-from shunter.jobspec.models import DivergenceSpec
+from shunter.jobspec.spec import DivergenceSpec
 from trainer_core import JsonlReporter, TrainConfig, train
 from trainer_core.health import Diverged, DivergenceGuard
 from trainer_core.parallel import ParallelConfig, build_engine, init_distributed

@@ -10,7 +10,7 @@ import pytest
 import torch
 from tc_helpers import run_module, tiny_llama_spec, write_corpus
 
-from shunter.jobspec.models import StragglerSpec
+from shunter.jobspec.spec import StragglerSpec
 from trainer_core.step_timing import StepTimer
 
 

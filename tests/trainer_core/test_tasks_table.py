@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import transformers
 
-from shunter.jobspec.models import TASKS
 from shunter.jobspec.rules import best_metric_names
+from shunter.jobspec.spec import TASKS
 from trainer_core.tasks import TASK_OPS, task_ops
 
 TRAINER_CORE = Path(__file__).resolve().parents[2] / "trainer_core"

@@ -7,7 +7,7 @@ the job's hang bound, while "training" goes on stepping. Then the path is restor
 
 - every metric point and checkpoint registration made during the cut lands, once, in order;
 - the attempt is neither lost (its lease expired, but Ray runs it: ``lease_grace_s``) nor
-  called hung (its heartbeats were missing too: ``service.jobs.hang``), and no second
+  called hung (its heartbeats were missing too: ``service.health.hang``), and no second
   attempt is placed.
 
 No Ray: the job's driver is played by these clients.

@@ -1,4 +1,4 @@
-"""A cordoned node (the straggler watch, ``service.jobs.straggler``) reaches Ray: the attempt's
+"""A cordoned node (the straggler watch, ``service.health.straggler``) reaches Ray: the attempt's
 ``GET spec`` reply names it in ``avoid_nodes`` and the driver's Ray Train v2 ``ScalingConfig``
 gets a label selector on Ray's built-in node-id label that keeps every worker off it."""
 

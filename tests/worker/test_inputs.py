@@ -156,6 +156,35 @@ def test_tokenised_data_is_claimed_published_and_fetched_through_the_bucket(
     assert b.cache.fetched_bytes == 602
 
 
+def test_a_node_copy_the_store_lacks_is_uploaded_for_the_other_nodes(
+    s3: S3Server, root: str, tmp_path: Path
+) -> None:
+    """Rank 0 on a node that cached the key skips building it; the store must still hold it
+    for the ranks on the other nodes (here: a second bucket, as in the private-disk e2e,
+    and a store copy that was deleted)."""
+    a = _node(tmp_path, root, "a")
+    built = tmp_path / "built"
+    (built / "sub").mkdir(parents=True)
+    (built / "data.arrow").write_bytes(b"tokens" * 100)
+    (built / "sub" / "state.json").write_text("{}")
+    a.publish_tokenized("k3", built)
+    other = f"s3://{s3.bucket('d-' + secrets.token_hex(4))}/shunter"
+    a_other = NodeInputs(a.cache, tokenized=tokenized_root(other), settle_s=0.1)
+    fresh = _node(tmp_path, other, "fresh")
+    assert fresh.fetch_tokenized("k3") is None  # the second store has never held it
+    assert a_other.fetch_tokenized("k3") == a.cache.path("tok-k3")  # the node's copy ...
+    got = fresh.fetch_tokenized("k3")  # ... is now in the store, whole and verified
+    assert got is not None and (got / "data.arrow").read_bytes() == b"tokens" * 100
+    assert (got / "sub" / "state.json").read_text() == "{}"
+    assert not (a.cache.root / "republish").exists() or not any(
+        (a.cache.root / "republish").iterdir()
+    )
+    # The first store's copy deleted: the node that still caches it puts it back.
+    storage.delete_tree(storage.join(tokenized_root(root), "k3"))
+    assert a.fetch_tokenized("k3") is not None
+    assert _node(tmp_path, root, "b").fetch_tokenized("k3") is not None
+
+
 def test_the_driver_checks_stored_objects_before_workers_start(
     s3: S3Server, root: str, tmp_path: Path
 ) -> None:

@@ -57,5 +57,5 @@ def test_a_fenced_attempt_stops_shipping() -> None:
     shipper = LogShipper(_api(handler), interval_s=0.05)
     shipper.start(capture=False)
     shipper.feed(b"x\n")
-    assert shipper.flush(5) is False and shipper.fenced
+    assert shipper.flush(5) is False and shipper.fenced.is_set()
     shipper.close()

@@ -11,7 +11,7 @@ import pytest
 from service.jobs.reconcile import Decision, decide_active
 from service.jobs.states import JobStatus
 from service.launch import ClusterResources, LaunchState, NodeResources
-from service.policy.plan import QueueEntry
+from service.policy.planner import QueueEntry
 from service.scheduler.loop import effective_free, never_fits_reason
 from shunter.jobspec import JobSpec
 from worker.classify import classify

@@ -134,13 +134,13 @@ def _fsdp_rank(rank: int, port: int, work: str, uri: str, phase: str) -> None:
     torch.set_num_threads(1)
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from storage import manifest
     from tests.trainer_core.test_strategies_harness import LR, TINY_LLAMA
-    from trainer_core import manifest
     from trainer_core.checkpoint import load_checkpoint, save_checkpoint
     from trainer_core.parallel import build_engine, init_distributed
     from worker.staging import cached, localize
 
-    manifest.BLOCK_SIZE = BLOCK
+    manifest.BLOCK_SIZE = BLOCK  # the per-file table's default block (storage.manifest's own)
     info = init_distributed(use_cuda=False)
     try:
         torch.manual_seed(0)
@@ -160,7 +160,7 @@ def _fsdp_rank(rank: int, port: int, work: str, uri: str, phase: str) -> None:
             losses += _steps(engine, 3, 4)
         elif phase == "rollback":  # the same nodes, later in the attempt that saved
             from trainer_core.checkpoint import latest_verified
-            from trainer_core.loop import _readable
+            from trainer_core.resume_from import readable_checkpoint as _readable
             from worker.ray_reporter import RayReporter
 
             stage = root / f"node{rank}"  # this node's staging: its own part of checkpoint-2

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,6 +16,7 @@ import httpx
 from storage import checkpoint_step
 from worker.checkpoint_callback import RestartWatch
 from worker.internal_api import InternalApi, RetryPolicy, StopWatch
+from worker.outbox import PostOutbox
 from worker.ray_reporter import RayReporter
 
 
@@ -106,12 +108,13 @@ class ActorDiedError(RuntimeError):
     pass
 
 
-def test_restart_watch_reports_lost_rank_node_cause_and_resume_step() -> None:
+def test_restart_watch_reports_lost_rank_node_cause_and_resume_step(tmp_path: Path) -> None:
     fake = Api()
     watch = RestartWatch(
         api_url="http://api", token="t", job_id="job-1", attempt=2, resume_from="/o/checkpoint-4"
     )
-    watch._api = _api(fake)
+    # Sent through the attempt's on-disk outbox (re-sent until it lands, in order).
+    watch._outbox = outbox = PostOutbox(_api(fake), path=tmp_path / "outbox.jsonl")
     watch.after_worker_group_start(_group({0: "10.0.0.1", 1: "10.0.0.2"}))
     assert fake.calls == []  # the first group is no restart
     ckpt = SimpleNamespace(checkpoint=object())
@@ -125,6 +128,7 @@ def test_restart_watch_reports_lost_rank_node_cause_and_resume_step() -> None:
     )
     watch.after_worker_group_poll_status(status)
     watch.after_worker_group_start(_group({0: "10.0.0.1", 1: "10.0.0.3"}))
+    assert outbox.flush(10)
     assert fake.calls == [
         (
             "restarts",
@@ -133,11 +137,13 @@ def test_restart_watch_reports_lost_rank_node_cause_and_resume_step() -> None:
                 "node": "10.0.0.2",
                 "cause": "ActorDiedError: The actor died unexpectedly",
                 "resumed_from_step": 8,
+                "seq": 1,  # the attempt's first restart: the service keeps one event per seq
             },
         )
     ]
-    # The callback travels to the Train controller by pickle, without its HTTP client.
-    assert watch.__getstate__()["_api"] is None
+    # The callback travels to the Train controller by pickle, without its outbox (a thread).
+    assert watch.__getstate__()["_outbox"] is None
+    outbox.close()
 
 
 def test_checkpoint_step() -> None:

@@ -11,8 +11,12 @@ TP inside each group of adjacent ranks, replicated across groups (data sharded b
 data-parallel rank, not the global one); ``fsdp+tp`` shards across groups by
 ``fsdp.sharding`` (all four modes, ``hybrid_shard`` and ``no_shard`` as a 3-D mesh).
 Pipeline parallelism (``pipeline_parallel_size > 1``, strategy ddp) is its own ``dp x pp``
-mesh and engine (``pipeline.build_pipeline``). World-size rules (``mesh.check_world``) are
-asserted here, where the world is known; the JobSpec rejects the same cases at submit.
+mesh and engine (``pipeline.build_pipeline``). Context parallelism
+(``context_parallel_size > 1``, strategy ddp or fsdp) is a ``dp x cp`` mesh with gradients
+reduced over the flattened ``dp_cp`` group (``context.py``); with fsdp+tp it is one
+``dp x cp x tp`` mesh (TP on ``tp``, FSDP2 over ``dp_cp``). World-size rules
+(``mesh.check_world``) are asserted here, where the world is known; the JobSpec rejects the
+same cases at submit.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shunter.jobspec.deepspeed import TrainingValues
 from trainer_core.engine import Engine
 from trainer_core.parallel.config import ParallelConfig
+from trainer_core.parallel.context import cp_meshes
 from trainer_core.parallel.deepspeed_engine import build_deepspeed
 from trainer_core.parallel.fsdp import apply_fsdp
 from trainer_core.parallel.mesh import check_device, check_world, mesh_dims
@@ -62,10 +67,7 @@ def build_engine(
     world = dist.get_world_size() if grouped else 1
     rank = dist.get_rank() if grouped else 0
     if cfg.context_parallel_size > 1:
-        raise ValueError(
-            "distributed.context_parallel_size > 1: the trainer does not run context "
-            "parallelism yet; set it to 1"
-        )
+        return _build_context_parallel(model, cfg, make_optimizer, device, grouped=grouped)
     if cfg.pipeline_parallel_size > 1:
         if not grouped or cfg.strategy != "ddp":
             raise ValueError(
@@ -142,6 +144,71 @@ def build_engine(
         autocast_dtype=None if fsdp and cfg.fsdp_mixed_precision == "params" else autocast,
         scaler=_scaler(cfg, sharded=True),
         distributed=True,
+    )
+
+
+def _build_context_parallel(
+    model: nn.Module,
+    cfg: ParallelConfig,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    device: torch.device,
+    *,
+    grouped: bool,
+) -> Engine:
+    """A ``dp x cp`` mesh (``context.cp_meshes``); DDP over the flattened ``dp_cp`` group, or
+    FSDP2 sharded over the ``dp_cp`` mesh (torchtitan's ``dp_shard_cp``). Under fsdp+tp the
+    mesh is ``dp x cp x tp``: the TP plan on ``tp`` first, then FSDP2 over ``dp_cp``."""
+    if not grouped or cfg.strategy not in ("ddp", "fsdp", "fsdp+tp"):
+        raise ValueError(
+            "context_parallel_size > 1 needs strategy ddp, fsdp or fsdp+tp over a process "
+            f"group (got strategy {cfg.strategy!r})"
+        )
+    sharded = cfg.strategy != "ddp"
+    if sharded and cfg.fsdp_sharding not in ("full_shard", "shard_grad_op"):
+        raise ValueError(
+            f"context parallelism shards FSDP over dp x cp: fsdp.sharding {cfg.fsdp_sharding!r} "
+            "is not supported with it; use full_shard or shard_grad_op"
+        )
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if attention != "sdpa":
+        raise ValueError(
+            "context parallelism replaces torch's scaled_dot_product_attention with ring "
+            f"attention; this model's attention is {attention!r}, not 'sdpa'"
+        )
+    world = dist.get_world_size()
+    check_world(cfg, world)
+    meshes = cp_meshes(device.type, mesh_dims(cfg, world, local_world=world))
+    unwrapped = model
+    model.to(device)
+    if cfg.strategy == "ddp":
+        ddp = DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            process_group=meshes.dp_cp.get_group(),
+            gradient_as_bucket_view=True,
+        )
+        wrapped: nn.Module = ddp
+        no_sync: Callable[[], contextlib.AbstractContextManager[None]] = ddp.no_sync
+    else:
+        if meshes.tp is not None:  # 1. tensor parallel -> 3. FSDP (as _meshes' order)
+            apply_tp(model, meshes.tp)
+        apply_fsdp(model, meshes.dp_cp, cfg)
+        wrapped = model
+        no_sync = lambda: _fsdp_no_sync(model)  # noqa: E731
+    fsdp_params = sharded and cfg.fsdp_mixed_precision == "params"
+    return TorchEngine(
+        model=wrapped,
+        unwrapped=unwrapped,
+        optimizer=make_optimizer(wrapped),
+        device=device,
+        dp_rank=meshes.dp.get_local_rank(),
+        dp_size=meshes.dp.size(),
+        dp_group=meshes.dp_cp.get_group(),
+        no_sync_factory=no_sync,
+        autocast_dtype=None if fsdp_params else _autocast_dtype(cfg),
+        scaler=_scaler(cfg, sharded=sharded),
+        distributed=True,
+        cp_mesh=meshes.cp,
     )
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shunter.jobspec import DistributedSpec, JobSpec, TrainingSpec
-from shunter.jobspec.models import (
+from shunter.jobspec.spec import (
     DeepSpeedStage,
     FsdpMixedPrecision,
     FsdpSharding,

@@ -100,6 +100,7 @@ class DeepSpeedEngine:
     dp_rank: int
     dp_size: int
     max_grad_norm: float | None
+    cp_size: int = 1  # no context parallelism under DeepSpeed (the JobSpec refuses it)
 
     def forward(self, **batch: Any) -> Any:
         # DeepSpeed casts the module for bf16/fp16 itself, or autocasts inside its forward

@@ -22,8 +22,25 @@ def check_device(cfg: ParallelConfig, device_type: str) -> None:
 
 
 def check_world(cfg: ParallelConfig, world: int) -> None:
-    """The tensor-parallel strategies need whole TP groups (and fsdp+tp at least two)."""
+    """The tensor-parallel strategies need whole TP groups (and fsdp+tp at least two); context
+    parallelism whole ``cp`` groups (whole ``tp x cp`` blocks under fsdp+tp; strategy tp has
+    no data-parallel reduction for the cp ranks' gradients, so CP with TP is fsdp+tp)."""
+    cp = cfg.context_parallel_size
+    if cp > 1 and world % cp:
+        raise ValueError(
+            f"distributed.context_parallel_size ({cp}) must divide num_workers ({world})"
+        )
     tp = cfg.tensor_parallel_size
+    if cp > 1 and cfg.strategy == "tp":
+        raise ValueError(
+            "context parallelism with tensor parallelism runs under strategy fsdp+tp (FSDP "
+            "over the flattened dp x cp ranks, TP on tp); set strategy: fsdp+tp"
+        )
+    if cp > 1 and cfg.strategy == "fsdp+tp" and world % (tp * cp):
+        raise ValueError(
+            f"a dp x cp x tp mesh needs num_workers ({world}) to be a multiple of "
+            f"tensor_parallel_size x context_parallel_size ({tp * cp})"
+        )
     if cfg.strategy in ("tp", "fsdp+tp") and world % tp:
         raise ValueError(
             f"strategy {cfg.strategy} needs num_workers ({world}) to be a multiple of "
@@ -38,7 +55,13 @@ def check_world(cfg: ParallelConfig, world: int) -> None:
 
 def mesh_dims(cfg: ParallelConfig, world: int, *, local_world: int) -> list[tuple[str, int]]:
     """The mesh's (name, size) dims, outer to inner ``dp_replicate x dp_shard x tp``; size-1
-    dims omitted (1-D cases stay 1-D), empty when no mesh is needed.
+    dims omitted (1-D cases stay 1-D), empty when no mesh is needed; ``dp x cp`` under
+    context parallelism with ddp / fsdp, and the 3-D ``dp x cp x tp`` (every dim kept, even of
+    size 1) with fsdp+tp: Hugging Face's ``examples/3D_parallel.py`` dims (dp, tp, cp) in
+    torchtitan's order, tp innermost. Not HF's ``(dp, tp, cp)`` layout: there the flattened
+    ``dp_cp`` is not contiguous, and torch 2.13's DTensor cannot redistribute a parameter on
+    the FSDP x TP mesh ``(dp_cp, tp)`` (the grad-norm reduction raises "Mesh dim indices
+    should be in ascending order").
 
     TP ranks are adjacent (fastest links inside a node). The data-parallel part follows
     ``fsdp.sharding``; strategy ``tp`` with more ranks than ``tensor_parallel_size``
@@ -47,6 +70,11 @@ def mesh_dims(cfg: ParallelConfig, world: int, *, local_world: int) -> list[tupl
     (``LOCAL_WORLD_SIZE``), the default ``hybrid_shard`` group.
     """
     tp = cfg.tensor_parallel_size if cfg.strategy in ("tp", "fsdp+tp") else 1
+    cp = cfg.context_parallel_size
+    if cp > 1 and tp > 1:  # fsdp+tp: the 3-D mesh (parallel.context)
+        return [("dp", world // (tp * cp)), ("cp", cp), ("tp", tp)]
+    if cp > 1:  # ddp / fsdp over a dp x cp mesh (parallel.context)
+        return [("dp", world // cp), ("cp", cp)]
     dp = world // tp
     if cfg.strategy == "tp":
         replicate, shard = (dp, 1) if dp > 1 else (1, 1)

@@ -14,8 +14,17 @@ other layout loads, and a pipeline loads any other layout's checkpoint (each sta
 own keys).
 
 The loop does not call ``forward``/``backward`` per micro-batch here: a schedule runs the
-whole accumulation window, so this engine adds one verb, ``pipeline_step(input_ids, labels,
-loss_fn)``, which returns the window's loss on every rank of the pipeline group.
+whole accumulation window, so this engine adds two verbs. ``window_step(input_ids, labels,
+summed_loss, scale)`` is the training loop's: the window as one fixed-shape tensor
+(``window_tensors``: rows right-aligned, padded to ``data.max_length``, short windows filled
+with unlabelled rows, so every step has the shape the stages were built for), the task's
+*summed* loss, and the loop's ``dp_size / global target count``; gradients come out as the
+loop's DDP steps make them. ``pipeline_step(input_ids, labels, loss_fn)`` is the mean-loss
+form the strategy harness drives. Both return the loss on every rank of the pipeline group.
+
+``unwrapped`` is the whole Hugging Face model (for ``save_pretrained``: its config and
+class), with the other stages' modules moved to the meta device, so a stage holds only its
+own weights; ``full_state_dict`` gathers the real ones on rank 0.
 """
 
 from __future__ import annotations
@@ -35,7 +44,13 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from trainer_core.parallel.config import ParallelConfig
 from trainer_core.parallel.torch_engine import TorchEngine
 
-__all__ = ["PipelineEngine", "build_pipeline", "causal_lm_loss", "stage_layers"]
+__all__ = [
+    "PipelineEngine",
+    "build_pipeline",
+    "causal_lm_loss",
+    "stage_layers",
+    "window_tensors",
+]
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -56,6 +71,55 @@ def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     shifted = logits[..., :-1, :].float().reshape(-1, logits.shape[-1])
     target = labels[..., 1:].reshape(-1).to(logits.device)
     return nn.functional.cross_entropy(shifted, target, ignore_index=-100)
+
+
+def window_tensors(
+    batches: list[dict[str, torch.Tensor]], *, rows: int, length: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """An accumulation window of collated causal-LM batches as one ``(rows, length)`` pair
+    (input ids, labels) of fixed shape: each row's real tokens (``attention_mask`` 1, on
+    either padding side) moved to the left, padding (id 0, label -100) after them, and
+    missing rows (a short last window) all padding. Under the stages' causal mask a real
+    token attends only to the real tokens before it, so the padding changes no logit that a
+    label reads, and an unlabelled row adds nothing to the loss."""
+    ids = torch.zeros((rows, length), dtype=torch.long)
+    labels = torch.full((rows, length), -100, dtype=torch.long)
+    r = 0
+    for batch in batches:
+        mask = batch.get("attention_mask")
+        for i in range(batch["input_ids"].shape[0]):
+            keep = mask[i].bool() if mask is not None else slice(None)
+            row_ids, row_labels = batch["input_ids"][i][keep], batch["labels"][i][keep]
+            if r >= rows or row_ids.numel() > length:
+                raise ValueError(
+                    f"a window of more than {rows} rows or a row over {length} tokens: the "
+                    "pipeline's shapes are fixed by the batch size and data.max_length"
+                )
+            ids[r, : row_ids.numel()] = row_ids
+            labels[r, : row_labels.numel()] = row_labels
+            r += 1
+    return ids, labels
+
+
+class _WindowLoss:
+    """The one loss function a schedule is built with (a schedule is bound to it): calls the
+    current ``fn``, keeps its values, returns them times ``factor`` for backward."""
+
+    def __init__(self) -> None:
+        self.fn: LossFn = causal_lm_loss
+        self.factor: Any = 1.0
+        self.values: list[torch.Tensor] = []
+
+    def __call__(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        value = self.fn(output, target)
+        self.values.append(value.detach().float())
+        return value * self.factor  # type: ignore[no-any-return]
+
+    def total(self, microbatches: int) -> torch.Tensor:
+        """The sum over the step's micro-batches: the last ``microbatches`` calls. On its first
+        step a schedule also calls the loss once on placeholder tensors (the stage's backward
+        shape inference), before the real micro-batches."""
+        return torch.stack(self.values[-microbatches:]).sum()
 
 
 class _Trunk(nn.Module):
@@ -139,8 +203,9 @@ class PipelineEngine(TorchEngine):
     pp_size: int = 1
     schedule_name: str = "1f1b"
     microbatches: int = 1
-    _schedules: dict[int, Any] = field(default_factory=dict, repr=False)
     _stage: Any = None
+    _schedule: Any = None
+    _loss: _WindowLoss = field(default_factory=_WindowLoss, repr=False)
 
     def forward(self, **batch: Any) -> Any:
         raise RuntimeError(
@@ -154,36 +219,52 @@ class PipelineEngine(TorchEngine):
         self, input_ids: torch.Tensor, labels: torch.Tensor, loss_fn: LossFn = causal_lm_loss
     ) -> torch.Tensor:
         """Forward and backward of one accumulation window (this data-parallel rank's rows,
-        cut into ``microbatches``) through the schedule, then the gradients averaged over the
-        ``dp`` replicas. Returns the mean of the micro-batch losses (0-dim, on every rank)."""
-        schedule = self._schedule(loss_fn)
+        cut into ``microbatches``) with ``loss_fn`` a per-micro-batch *mean*; gradients are
+        the mean over micro-batches and ``dp`` replicas. Returns the mean of the micro-batch
+        losses (0-dim, on every rank of the pipeline)."""
+        total = self._run(input_ids, labels, loss_fn, factor=1.0)  # the schedule averages
+        self._average_grads()
+        return total / self.microbatches
+
+    def window_step(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, summed_loss: LossFn, scale: Any
+    ) -> torch.Tensor:
+        """The loop's step: ``summed_loss`` gives a micro-batch's loss *summed* over its
+        targets, ``scale`` is ``dp_size / global target count`` (a 0-dim tensor), so the
+        gradient is the sum over the window's targets on every rank divided by their global
+        count: the loop's DDP normalisation. Returns this rank's summed loss (0-dim, on every
+        rank of the pipeline)."""
+        # The schedule divides gradients by the micro-batch count; the dp all-reduce averages.
+        total = self._run(input_ids, labels, summed_loss, factor=scale * self.microbatches)
+        self._average_grads()
+        return total
+
+    def _run(
+        self, input_ids: torch.Tensor, labels: torch.Tensor, fn: LossFn, factor: Any
+    ) -> torch.Tensor:
+        """One schedule step; the sum of the micro-batch values of ``fn`` (last stage),
+        broadcast over the pipeline group."""
+        schedule = self._get_schedule()
         first, last = self.pp_rank == 0, self.pp_rank == self.pp_size - 1
-        losses: list[torch.Tensor] = []
+        self._loss.fn, self._loss.factor, self._loss.values = fn, factor, []
         args = (input_ids.to(self.device),) if first else ()
         target = labels.to(self.device) if last else None
-        if self.autocast_dtype is None:
-            schedule.step(*args, target=target, losses=losses if last else None)
-        else:
-            with torch.autocast(self.device.type, dtype=self.autocast_dtype):
-                schedule.step(*args, target=target, losses=losses if last else None)
-        loss = (
-            torch.stack([x.detach().float() for x in losses]).mean()
-            if last
-            else torch.zeros((), device=self.device)
-        )
+        with (
+            contextlib.nullcontext()
+            if self.autocast_dtype is None
+            else torch.autocast(self.device.type, dtype=self.autocast_dtype)
+        ):
+            schedule.step(*args, target=target)
+        total = self._loss.total(self.microbatches) if last else torch.zeros((), device=self.device)
         if self.pp_size > 1:
-            dist.broadcast(loss, group_src=self.pp_size - 1, group=self.pp_group)
-        self._average_grads()
-        return loss
+            dist.broadcast(total, group_src=self.pp_size - 1, group=self.pp_group)
+        return total
 
-    def _schedule(self, loss_fn: LossFn) -> Any:
-        key = id(loss_fn)
-        if key not in self._schedules:
+    def _get_schedule(self) -> Any:
+        if self._schedule is None:
             kind = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
-            self._schedules[key] = kind(
-                self._stage, n_microbatches=self.microbatches, loss_fn=loss_fn
-            )
-        return self._schedules[key]
+            self._schedule = kind(self._stage, n_microbatches=self.microbatches, loss_fn=self._loss)
+        return self._schedule
 
     @torch.no_grad()
     def _average_grads(self) -> None:
@@ -220,6 +301,8 @@ class PipelineEngine(TorchEngine):
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """Every stage's weights gathered on global rank 0 (HF names); others get {}."""
         mine = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        if self.dp_rank != 0:  # the other replicas hold the same weights
+            mine = {}
         pieces: list[Any] = [None] * self.pp_size
         dist.all_gather_object(pieces, mine, group=self.pp_group)
         if dist.get_rank() != 0:
@@ -259,12 +342,12 @@ def build_pipeline(
     stage_module = StageModule(
         model, stage_layers(num_layers, pp, stage_index), first=first, last=last
     )
-    del model  # the other stages' layers are freed with it
+    _free_other_stages(model, stage_module)
     stage_module.to(device)
     stage = PipelineStage(stage_module, stage_index, pp, device, group=pp_mesh.get_group())
     return PipelineEngine(
         model=stage_module,
-        unwrapped=stage_module,
+        unwrapped=model,
         optimizer=make_optimizer(stage_module),
         device=device,
         dp_rank=dp_mesh.get_local_rank(),
@@ -279,3 +362,19 @@ def build_pipeline(
         microbatches=cfg.pipeline_microbatches,
         _stage=stage,
     )
+
+
+def _free_other_stages(model: nn.Module, stage_module: nn.Module) -> None:
+    """Move every parameter and buffer of ``model`` that ``stage_module`` does not hold to the
+    meta device: the other stages' weights are freed, the model's structure (config, class,
+    names) stays for ``save_pretrained``."""
+    mine = {id(t) for t in (*stage_module.parameters(), *stage_module.buffers())}
+    with torch.no_grad():
+        for module in model.modules():
+            for name, param in module._parameters.items():
+                if param is not None and id(param) not in mine:
+                    meta = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+                    module._parameters[name] = meta
+            for name, buffer in module._buffers.items():
+                if buffer is not None and id(buffer) not in mine:
+                    module._buffers[name] = buffer.to("meta")

@@ -27,6 +27,7 @@ from torch.distributed.checkpoint.state_dict import (
     get_state_dict,
     set_state_dict,
 )
+from torch.distributed.device_mesh import DeviceMesh
 
 from trainer_core.fetch import CheckpointFiles
 from trainer_core.parallel.dcp_files import FetchingReader, SmallFirstWriter
@@ -42,6 +43,9 @@ class TorchEngine:
     ``autocast_dtype``: dtype for ``torch.autocast`` around forward (``None`` = off; FSDP's
     mixed precision policy casts parameters instead). ``scaler``: fp16 grad scaler or None.
     ``dp_group``: process group of the data-parallel dimension (``None`` when ``dp_size`` is 1).
+    ``cp_mesh``: the context-parallel mesh (``None`` without CP); with it ``dp_rank`` /
+    ``dp_size`` say which rows a rank reads, and ``dp_group`` is the flattened ``dp x cp``
+    group that gradients and ``reduce_sum`` run over.
     """
 
     model: nn.Module
@@ -55,10 +59,15 @@ class TorchEngine:
     autocast_dtype: torch.dtype | None = None
     scaler: Any = None
     distributed: bool = False
+    cp_mesh: DeviceMesh | None = None
     _params: list[nn.Parameter] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
         self._params = [p for p in self.model.parameters() if p.requires_grad]
+
+    @property
+    def cp_size(self) -> int:
+        return 1 if self.cp_mesh is None else self.cp_mesh.size()
 
     def forward(self, **batch: Any) -> Any:
         if self.autocast_dtype is None:
@@ -94,17 +103,23 @@ class TorchEngine:
         return norm
 
     def reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        if self.dp_size == 1:
+        if self.dp_size * self.cp_size == 1:
             return t
         out = t.detach().clone()
         dist.all_reduce(out, op=dist.ReduceOp.SUM, group=self.dp_group)
         return out
 
-    def save(self, directory: Path) -> None:
+    def _state(self) -> dict[str, Any]:
+        """What a checkpoint holds: this rank's (possibly sharded) model and optimizer state
+        dicts, and the fp16 loss scaler's, by name."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
         if self.scaler is not None:
             state["scaler"] = self.scaler.state_dict()
+        return state
+
+    def save(self, directory: Path) -> None:
+        state = self._state()
         dcp.save(  # type: ignore[attr-defined]
             state,
             checkpoint_id=str(directory),
@@ -115,10 +130,7 @@ class TorchEngine:
     def load(self, directory: Path, files: CheckpointFiles | None = None) -> None:
         # The current (possibly sharded) state dicts are the templates DCP reads into, so
         # each rank reads exactly its own shards, whatever world size wrote them.
-        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        state: dict[str, Any] = {"model": model_sd, "optim": optim_sd}
-        if self.scaler is not None:
-            state["scaler"] = self.scaler.state_dict()
+        state = self._state()
         dcp.load(  # type: ignore[attr-defined]
             state,
             checkpoint_id=str(directory),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -36,33 +36,74 @@ from transformers import PreTrainedTokenizerBase
 from trainer_core.config import DataConfig, TrainingConfig
 
 __all__ = [
+    "CAUSAL_LM_HEAD",
+    "MASKED_LM_HEAD",
+    "QA_HEAD",
+    "SEQ2SEQ_HEAD",
+    "SEQ_CLS_HEAD",
+    "TOKEN_CLS_HEAD",
     "Collator",
+    "CrossEntropy",
+    "Encoded",
+    "Encoder",
     "EvalStats",
+    "Head",
     "Loss",
+    "Rows",
     "TaskOps",
+    "Tokenizer",
     "accuracy_metrics",
+    "averaged",
+    "classification_task",
+    "cross_entropy",
     "cross_entropy_loss",
     "cross_entropy_stats",
+    "language_model_task",
+    "num_labels",
     "pad_to",
     "perplexity_metrics",
     "require_columns",
     "shift_count",
+    "terms_loss",
     "token_count",
     "token_cross_entropy",
+    "tokenizer_collator",
+    "without_kv_cache",
 ]
 
 Collator = Callable[[list[dict[str, Any]]], dict[str, torch.Tensor]]
 Loss = Callable[[Any, torch.Tensor, TrainingConfig], tuple[torch.Tensor, torch.Tensor]]
 EvalStats = Callable[[Any, torch.Tensor], torch.Tensor]
+Terms = Callable[[Any, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+Rows = dict[str, list[Any]]  # a batch of rows as ``datasets.map`` gives it: column -> values
+Encoded = dict[str, Any]  # model-input columns plus ``labels``
+Tokenizer = PreTrainedTokenizerBase
+CollatorFactory = Callable[[Tokenizer, Any, int], Collator]
+Encoder = Callable[[Rows, DataConfig, Tokenizer], Encoded]
+
+
+@dataclass(frozen=True)
+class Head:
+    """A model head: the transformers ``AutoModelFor*`` class and the peft ``TaskType``."""
+
+    auto_class: str
+    peft_task: str
+
+
+CAUSAL_LM_HEAD = Head("AutoModelForCausalLM", "CAUSAL_LM")
+MASKED_LM_HEAD = Head("AutoModelForMaskedLM", "FEATURE_EXTRACTION")
+SEQ_CLS_HEAD = Head("AutoModelForSequenceClassification", "SEQ_CLS")
+TOKEN_CLS_HEAD = Head("AutoModelForTokenClassification", "TOKEN_CLS")
+SEQ2SEQ_HEAD = Head("AutoModelForSeq2SeqLM", "SEQ_2_SEQ_LM")
+QA_HEAD = Head("AutoModelForQuestionAnswering", "QUESTION_ANS")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TaskOps:
     name: str
-    auto_class: str  # transformers AutoModelFor* class name
-    peft_task: str  # peft TaskType name
-    encode: Callable[[dict[str, list[Any]], DataConfig, PreTrainedTokenizerBase], dict[str, Any]]
-    collator: Callable[[PreTrainedTokenizerBase, Any, int], Collator]
+    head: Head
+    encode: Encoder
+    collator: CollatorFactory
     loss: Loss
     target_count: Callable[[torch.Tensor], int]
     eval_stats: EvalStats
@@ -74,6 +115,68 @@ class TaskOps:
     # ``DataConfig`` fields naming columns every row must have, non-null, checked as the file
     # is read (errors name the file and line); unset fields are skipped.
     required_fields: tuple[str, ...] = ()
+
+    @property
+    def auto_class(self) -> str:
+        """The transformers ``AutoModelFor*`` class name."""
+        return self.head.auto_class
+
+    @property
+    def peft_task(self) -> str:
+        """The peft ``TaskType`` name."""
+        return self.head.peft_task
+
+
+def num_labels(n: int | None) -> dict[str, Any]:
+    """The model config's ``num_labels`` when the spec gives one (else the config's)."""
+    return {} if n is None else {"num_labels": n}
+
+
+def without_kv_cache(_n: int | None) -> dict[str, Any]:
+    """Model config for training a causal LM: no KV cache (training never reads one; building
+    it each forward costs time, recompiles under torch.compile, and makes transformers skip
+    packed-sequence detection)."""
+    return {"use_cache": False}
+
+
+def classification_task(
+    *, name: str, head: Head, encode: Encoder, collator: CollatorFactory, required: tuple[str, ...]
+) -> TaskOps:
+    """A task of one class per example or per token: cross-entropy per position (class weights
+    and label smoothing apply), ``eval_accuracy``, the spec's ``num_labels``; ``required``:
+    the ``DataConfig`` column fields every row must have."""
+    return TaskOps(
+        name=name,
+        head=head,
+        encode=encode,
+        collator=collator,
+        **cross_entropy(shift=False),
+        metrics=accuracy_metrics,
+        model_kwargs=num_labels,
+        required_fields=required,
+    )
+
+
+def language_model_task(
+    *, name: str, head: Head, encode: Encoder, collator: CollatorFactory, shift: bool, **more: Any
+) -> TaskOps:
+    """A task that predicts tokens (``shift``: the next one, as causal LM and chat SFT; else
+    the masked ones): token cross-entropy, ``eval_perplexity``; ``more``: other ``TaskOps``
+    fields."""
+    return TaskOps(
+        name=name,
+        head=head,
+        encode=encode,
+        collator=collator,
+        **cross_entropy(shift=shift),
+        metrics=perplexity_metrics,
+        **more,
+    )
+
+
+def tokenizer_collator(make: Callable[[Tokenizer], Collator]) -> CollatorFactory:
+    """The collator factory of a task whose collator needs only the tokenizer."""
+    return lambda tok, _config, _seed: make(tok)
 
 
 def pad_to(rows: list[list[int]], value: int, length: int | None = None) -> torch.Tensor:
@@ -170,7 +273,43 @@ def perplexity_metrics(stats: list[float]) -> dict[str, float]:
     return {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 50.0))}
 
 
+def averaged(stats: list[float], **at: int) -> dict[str, float]:
+    """Each named metric: the sum at its index in ``stats`` over the target count
+    (``stats[1]``, at least 1)."""
+    count = max(stats[1], 1.0)
+    return {name: stats[i] / count for name, i in at.items()}
+
+
 def accuracy_metrics(stats: list[float]) -> dict[str, float]:
     """``eval_loss`` and ``eval_accuracy`` from ``cross_entropy_stats`` sums."""
-    count = max(stats[1], 1.0)
-    return {"eval_loss": stats[0] / count, "eval_accuracy": stats[2] / count}
+    return averaged(stats, eval_loss=0, eval_accuracy=2)
+
+
+class CrossEntropy(TypedDict):
+    """A token cross-entropy task's loss, target count and eval stats (``TaskOps`` fields)."""
+
+    loss: Loss
+    target_count: Callable[[torch.Tensor], int]
+    eval_stats: EvalStats
+
+
+def cross_entropy(*, shift: bool) -> CrossEntropy:
+    """The three fields of a cross-entropy task: next-token (``shift``: causal LM, chat SFT)
+    or per position (masked LM, classification)."""
+    return CrossEntropy(
+        loss=cross_entropy_loss(shift=shift),
+        target_count=shift_count if shift else token_count,
+        eval_stats=cross_entropy_stats(shift=shift),
+    )
+
+
+def terms_loss(terms: Terms) -> Loss:
+    """The loss of a task whose (summed loss, target count) ``terms`` need no training
+    config (regression, multi-label)."""
+
+    def loss(
+        output: Any, labels: torch.Tensor, _tc: TrainingConfig
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return terms(output, labels)
+
+    return loss

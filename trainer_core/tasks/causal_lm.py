@@ -17,20 +17,20 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
-    TaskOps,
-    cross_entropy_loss,
-    cross_entropy_stats,
-    perplexity_metrics,
+    CAUSAL_LM_HEAD,
+    Encoded,
+    Rows,
+    Tokenizer,
+    language_model_task,
     require_columns,
-    shift_count,
+    tokenizer_collator,
+    without_kv_cache,
 )
 
 __all__ = ["OPS", "CausalLMCollator", "pack"]
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     require_columns(rows, text_field=cfg.text_field)
     text = rows[cfg.text_field]
     if cfg.packing:
@@ -72,18 +72,12 @@ class CausalLMCollator:
         return {**batch, "labels": labels}
 
 
-OPS = TaskOps(
+OPS = language_model_task(
     name="causal-lm",
-    auto_class="AutoModelForCausalLM",
-    peft_task="CAUSAL_LM",
+    head=CAUSAL_LM_HEAD,
     encode=_encode,
-    collator=lambda tok, _config, _seed: CausalLMCollator(tok),
-    loss=cross_entropy_loss(shift=True),
-    target_count=shift_count,
-    eval_stats=cross_entropy_stats(shift=True),
-    metrics=perplexity_metrics,
+    collator=tokenizer_collator(CausalLMCollator),
+    shift=True,
     filter_empty=True,
-    # Training never reads a KV cache; building one each forward costs time (and recompiles
-    # under torch.compile).
-    model_kwargs=lambda _n: {"use_cache": False},
+    model_kwargs=without_kv_cache,
 )

@@ -26,12 +26,14 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
-    TaskOps,
-    cross_entropy_loss,
-    cross_entropy_stats,
+    CAUSAL_LM_HEAD,
+    Encoded,
+    Rows,
+    Tokenizer,
+    language_model_task,
     pad_to,
-    perplexity_metrics,
-    shift_count,
+    tokenizer_collator,
+    without_kv_cache,
 )
 
 __all__ = ["CHATML", "OPS", "encode_messages", "pack_examples"]
@@ -119,9 +121,7 @@ def pack_examples(
     return rows
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     field = cfg.messages_field
     if field not in rows:
         raise ValueError(f"data.messages_field {field!r} not in the data's columns {list(rows)}")
@@ -155,17 +155,11 @@ class ChatCollator:
         return {"input_ids": ids, "position_ids": pad_to(positions, 0), "labels": labels}
 
 
-OPS = TaskOps(
+OPS = language_model_task(
     name="chat-sft",
-    auto_class="AutoModelForCausalLM",
-    peft_task="CAUSAL_LM",
+    head=CAUSAL_LM_HEAD,
     encode=_encode,
-    collator=lambda tok, _config, _seed: ChatCollator(tok),
-    loss=cross_entropy_loss(shift=True),  # the causal-lm loss: only the masks differ
-    target_count=shift_count,
-    eval_stats=cross_entropy_stats(shift=True),
-    metrics=perplexity_metrics,
-    # With a KV cache in the forward, transformers skips packed-sequence detection (and
-    # training never reads the cache).
-    model_kwargs=lambda _n: {"use_cache": False},
+    collator=tokenizer_collator(ChatCollator),
+    shift=True,  # the causal-lm loss: only the masks differ
+    model_kwargs=without_kv_cache,
 )

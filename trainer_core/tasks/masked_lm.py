@@ -16,21 +16,19 @@ from transformers import DataCollatorForLanguageModeling, PreTrainedTokenizerBas
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
+    MASKED_LM_HEAD,
     Collator,
-    TaskOps,
-    cross_entropy_loss,
-    cross_entropy_stats,
-    perplexity_metrics,
+    Encoded,
+    Rows,
+    Tokenizer,
+    language_model_task,
     require_columns,
-    token_count,
 )
 
 __all__ = ["OPS"]
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     require_columns(rows, text_field=cfg.text_field)
     return dict(
         tok(
@@ -49,15 +47,11 @@ def _collator(tok: PreTrainedTokenizerBase, _config: Any, seed: int) -> Collator
     return collator
 
 
-OPS = TaskOps(
+OPS = language_model_task(
     name="masked-lm",
-    auto_class="AutoModelForMaskedLM",
-    peft_task="FEATURE_EXTRACTION",
+    head=MASKED_LM_HEAD,
     encode=_encode,
     collator=_collator,
-    loss=cross_entropy_loss(shift=False),
-    target_count=token_count,
-    eval_stats=cross_entropy_stats(shift=False),
-    metrics=perplexity_metrics,
+    shift=False,
     filter_empty=True,
 )

@@ -14,16 +14,22 @@ import torch
 import torch.nn.functional as F
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
-from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import Collator, TaskOps
+from trainer_core.config import DataConfig
+from trainer_core.tasks.base import (
+    SEQ_CLS_HEAD,
+    Collator,
+    Encoded,
+    Rows,
+    TaskOps,
+    Tokenizer,
+    terms_loss,
+)
 from trainer_core.tasks.sequence_classification import encode_text
 
 __all__ = ["OPS", "micro_f1"]
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     out = encode_text(rows, cfg, tok)
     assert cfg.label_field is not None
     labels = []
@@ -61,10 +67,7 @@ def _terms(output: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return summed, logits.new_tensor(float(labels.numel()))
 
 
-def _loss(
-    output: Any, labels: torch.Tensor, _tc: TrainingConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _terms(output, labels)
+_loss = terms_loss(_terms)
 
 
 def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
@@ -90,8 +93,7 @@ def _metrics(stats: list[float]) -> dict[str, float]:
 
 OPS = TaskOps(
     name="multi-label-classification",
-    auto_class="AutoModelForSequenceClassification",
-    peft_task="SEQ_CLS",
+    head=SEQ_CLS_HEAD,
     encode=_encode,
     collator=_collator,
     loss=_loss,

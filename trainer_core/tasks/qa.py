@@ -20,7 +20,17 @@ import torch
 from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import Collator, TaskOps, require_columns, token_cross_entropy
+from trainer_core.tasks.base import (
+    QA_HEAD,
+    Collator,
+    Encoded,
+    Rows,
+    TaskOps,
+    Tokenizer,
+    averaged,
+    require_columns,
+    token_cross_entropy,
+)
 
 __all__ = ["OPS", "answer_span", "span_f1"]
 
@@ -38,9 +48,7 @@ def answer_span(
     return first, last
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     q, c, a = cfg.text_field, cfg.text_pair_field, cfg.label_field
     require_columns(rows, text_field=q, text_pair_field=c, label_field=a)
     assert c is not None and a is not None  # the jobspec rules require both
@@ -120,14 +128,12 @@ def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
 
 
 def _metrics(stats: list[float]) -> dict[str, float]:
-    n = max(stats[1], 1.0)
-    return {"eval_loss": stats[0] / n, "eval_exact_match": stats[2] / n, "eval_f1": stats[3] / n}
+    return averaged(stats, eval_loss=0, eval_exact_match=2, eval_f1=3)
 
 
 OPS = TaskOps(
     name="question-answering",
-    auto_class="AutoModelForQuestionAnswering",
-    peft_task="QUESTION_ANS",
+    head=QA_HEAD,
     encode=_encode,
     collator=_collator,
     loss=_loss,

@@ -10,22 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers import DataCollatorWithPadding
 
-from trainer_core.config import DataConfig, TrainingConfig
-from trainer_core.tasks.base import TaskOps
-from trainer_core.tasks.sequence_classification import encode_text
+from trainer_core.tasks.base import (
+    SEQ_CLS_HEAD,
+    TaskOps,
+    averaged,
+    terms_loss,
+    tokenizer_collator,
+)
+from trainer_core.tasks.sequence_classification import encode_labelled
 
 __all__ = ["OPS"]
-
-
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
-    out = encode_text(rows, cfg, tok)
-    assert cfg.label_field is not None  # the jobspec rules require it for regression
-    out["labels"] = [float(v) for v in rows[cfg.label_field]]
-    return out
 
 
 def _terms(output: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,10 +29,7 @@ def _terms(output: Any, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return ((pred - labels.float()) ** 2).sum(), pred.new_tensor(float(labels.numel()))
 
 
-def _loss(
-    output: Any, labels: torch.Tensor, _tc: TrainingConfig
-) -> tuple[torch.Tensor, torch.Tensor]:
-    return _terms(output, labels)
+_loss = terms_loss(_terms)
 
 
 def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
@@ -46,16 +39,14 @@ def _eval_stats(output: Any, labels: torch.Tensor) -> torch.Tensor:
 
 
 def _metrics(stats: list[float]) -> dict[str, float]:
-    n = max(stats[1], 1.0)
-    return {"eval_loss": stats[0] / n, "eval_mse": stats[0] / n, "eval_mae": stats[2] / n}
+    return averaged(stats, eval_loss=0, eval_mse=0, eval_mae=2)
 
 
 OPS = TaskOps(
     name="regression",
-    auto_class="AutoModelForSequenceClassification",
-    peft_task="SEQ_CLS",
-    encode=_encode,
-    collator=lambda tok, _config, _seed: DataCollatorWithPadding(tok),
+    head=SEQ_CLS_HEAD,
+    encode=encode_labelled(float),
+    collator=tokenizer_collator(DataCollatorWithPadding),
     loss=_loss,
     target_count=lambda labels: int(labels.numel()),
     eval_stats=_eval_stats,

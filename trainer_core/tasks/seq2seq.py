@@ -18,8 +18,12 @@ from transformers import PreTrainedTokenizerBase
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
+    SEQ2SEQ_HEAD,
     Collator,
+    Encoded,
+    Rows,
     TaskOps,
+    Tokenizer,
     cross_entropy_loss,
     cross_entropy_stats,
     pad_to,
@@ -30,9 +34,7 @@ from trainer_core.tasks.base import (
 __all__ = ["OPS", "Seq2SeqCollator", "rouge_l"]
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     require_columns(rows, text_field=cfg.text_field, target_field=cfg.target_field)
     assert cfg.target_field is not None  # the jobspec rules require it for seq2seq
     out = dict(
@@ -107,8 +109,7 @@ def _metrics(stats: list[float]) -> dict[str, float]:
 
 OPS = TaskOps(
     name="seq2seq",
-    auto_class="AutoModelForSeq2SeqLM",
-    peft_task="SEQ_2_SEQ_LM",
+    head=SEQ2SEQ_HEAD,
     encode=_encode,
     collator=_collator,
     loss=cross_entropy_loss(shift=False),

@@ -7,26 +7,27 @@ smoothing apply). Metric: ``eval_accuracy``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from transformers import DataCollatorWithPadding, PreTrainedTokenizerBase
+from transformers import DataCollatorWithPadding
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
-    TaskOps,
-    accuracy_metrics,
-    cross_entropy_loss,
-    cross_entropy_stats,
+    SEQ_CLS_HEAD,
+    Encoded,
+    Rows,
+    Tokenizer,
+    classification_task,
+    num_labels,
     require_columns,
-    token_count,
+    tokenizer_collator,
 )
 
-__all__ = ["OPS", "encode_text", "num_labels"]
+__all__ = ["OPS", "encode_labelled", "encode_text", "num_labels"]
 
 
-def encode_text(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def encode_text(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     """Tokenise ``text_field`` (+ ``text_pair_field``), checking the columns exist."""
     require_columns(
         rows,
@@ -38,30 +39,25 @@ def encode_text(
     return dict(tok(rows[cfg.text_field], pair, truncation=True, max_length=cfg.max_length))
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
-    out = encode_text(rows, cfg, tok)
-    assert cfg.label_field is not None  # the jobspec rules require it
-    out["labels"] = [int(v) for v in rows[cfg.label_field]]
-    return out
+def encode_labelled(
+    label: Callable[[Any], Any],
+) -> Callable[[Rows, DataConfig, Tokenizer], Encoded]:
+    """The encoder of a one-label-per-text task: ``encode_text`` plus ``labels``, each
+    ``label_field`` value through ``label`` (int: a class, float: a regression target)."""
+
+    def encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
+        out = encode_text(rows, cfg, tok)
+        assert cfg.label_field is not None  # the jobspec rules require it
+        out["labels"] = [label(v) for v in rows[cfg.label_field]]
+        return out
+
+    return encode
 
 
-def num_labels(n: int | None) -> dict[str, Any]:
-    """The model config's ``num_labels`` when the spec gives one (else the config's)."""
-    return {} if n is None else {"num_labels": n}
-
-
-OPS = TaskOps(
+OPS = classification_task(
     name="sequence-classification",
-    auto_class="AutoModelForSequenceClassification",
-    peft_task="SEQ_CLS",
-    encode=_encode,
-    collator=lambda tok, _config, _seed: DataCollatorWithPadding(tok),
-    loss=cross_entropy_loss(shift=False),
-    target_count=token_count,
-    eval_stats=cross_entropy_stats(shift=False),
-    metrics=accuracy_metrics,
-    model_kwargs=num_labels,
-    required_fields=("text_field", "text_pair_field", "label_field"),
+    head=SEQ_CLS_HEAD,
+    encode=encode_labelled(int),
+    collator=tokenizer_collator(DataCollatorWithPadding),
+    required=("text_field", "text_pair_field", "label_field"),
 )

@@ -8,27 +8,23 @@ smoothing apply). Metric: ``eval_accuracy`` over labelled tokens.
 
 from __future__ import annotations
 
-from typing import Any
-
-from transformers import DataCollatorForTokenClassification, PreTrainedTokenizerBase
+from transformers import DataCollatorForTokenClassification
 
 from trainer_core.config import DataConfig
 from trainer_core.tasks.base import (
-    TaskOps,
-    accuracy_metrics,
-    cross_entropy_loss,
-    cross_entropy_stats,
+    TOKEN_CLS_HEAD,
+    Encoded,
+    Rows,
+    Tokenizer,
+    classification_task,
     require_columns,
-    token_count,
+    tokenizer_collator,
 )
-from trainer_core.tasks.sequence_classification import num_labels
 
 __all__ = ["OPS", "align_word_labels"]
 
 
-def _encode(
-    rows: dict[str, list[Any]], cfg: DataConfig, tok: PreTrainedTokenizerBase
-) -> dict[str, Any]:
+def _encode(rows: Rows, cfg: DataConfig, tok: Tokenizer) -> Encoded:
     require_columns(rows, text_field=cfg.text_field, label_field=cfg.label_field)
     assert cfg.label_field is not None
     out = tok(
@@ -50,16 +46,10 @@ def align_word_labels(word_ids: list[int | None], word_labels: list[int]) -> lis
     return labels
 
 
-OPS = TaskOps(
+OPS = classification_task(
     name="token-classification",
-    auto_class="AutoModelForTokenClassification",
-    peft_task="TOKEN_CLS",
+    head=TOKEN_CLS_HEAD,
     encode=_encode,
-    collator=lambda tok, _config, _seed: DataCollatorForTokenClassification(tok),
-    loss=cross_entropy_loss(shift=False),
-    target_count=token_count,
-    eval_stats=cross_entropy_stats(shift=False),
-    metrics=accuracy_metrics,
-    model_kwargs=num_labels,
-    required_fields=("text_field", "label_field"),
+    collator=tokenizer_collator(DataCollatorForTokenClassification),
+    required=("text_field", "label_field"),
 )

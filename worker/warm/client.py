@@ -19,7 +19,6 @@ in-process at once, instead of paying the imports once more for nothing).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -29,11 +28,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from shunter import wire
+from worker.file_lock import flocked
 from worker.warm.protocol import ProtocolError, recv_json, send_json
 
 __all__ = [
@@ -48,9 +48,7 @@ __all__ = [
 
 PER_JOB_ENV = frozenset(
     {
-        "SHUNTER_JOB_ID",
-        "SHUNTER_ATTEMPT",
-        "SHUNTER_ATTEMPT_TOKEN",
+        *wire.PER_ATTEMPT_ENV,
         "RAY_JOB_ID",
         "RAY_JOB_CONFIG_JSON_ENV_VAR",  # a driver's job config: names the attempt
         "MASTER_ADDR",
@@ -186,24 +184,6 @@ def _connect(path: Path) -> socket.socket | None:
     return sock
 
 
-@contextlib.contextmanager
-def _locked(path: Path, timeout_s: float) -> Iterator[None]:
-    with open(path, "a") as fh:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise WarmUnavailable(f"{path} stayed locked for {timeout_s:.0f} s") from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _tidy(home: Path, max_age_s: float = 86400.0) -> None:
     """Forget templates unused for a day (their zygotes are long gone): lock files, failure
     markers and logs of keys that no longer match anything would otherwise pile up."""
@@ -275,7 +255,7 @@ def _zygote(
     sock = _connect(sock_path)
     if sock is not None:
         return sock
-    with _locked(home / f"{name}.lock", timeout_s):
+    with flocked(home / f"{name}.lock", timeout_s, timed_out=WarmUnavailable):
         sock = _connect(sock_path)  # another starter may have finished meanwhile
         if sock is None:
             if failed.exists():  # this template cannot start: don't pay its imports each time

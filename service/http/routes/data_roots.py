@@ -6,7 +6,8 @@ from fastapi import APIRouter
 
 from service.accounts import data_roots
 from service.http.deps import CurrentUser, StateDep
-from service.schemas import DataRootIn, DataRootsRead, ErrorBody
+from service.schemas.base import ErrorBody
+from service.schemas.internal import DataRootIn, DataRootsRead
 
 __all__ = ["router"]
 

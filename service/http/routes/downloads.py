@@ -8,7 +8,7 @@ from fastapi.responses import StreamingResponse
 from service.http.deps import CurrentUser, StateDep
 from service.jobs.checkpoint_models import export_config
 from service.jobs.download import resolve_download, tar_size, tar_stream
-from service.schemas import ErrorBody
+from service.schemas.base import ErrorBody
 
 __all__ = ["router"]
 

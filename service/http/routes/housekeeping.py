@@ -9,7 +9,8 @@ from service.housekeeping.gc import run_gc
 from service.housekeeping.retention import parse_age
 from service.http.deps import CurrentUser, StateDep
 from service.jobs.delete import delete_job
-from service.schemas import ErrorBody, GcIn, GcRead
+from service.schemas.base import ErrorBody
+from service.schemas.internal import GcIn, GcRead
 
 __all__ = ["router"]
 

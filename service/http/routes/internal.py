@@ -7,24 +7,27 @@ no longer the job's active attempt. Token check and write share one transaction.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from dataclasses import dataclass
+from typing import Annotated, TypedDict, TypeVar
 
-from fastapi import APIRouter, BackgroundTasks, Query, Request
+from fastapi import APIRouter, BackgroundTasks, Depends, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
+from service.db.tables import utcnow_py
+from service.health.rank_files import files_for
+from service.health.straggler import CordonPolicy, cordoned_nodes
+from service.health.watch import after_metrics
 from service.http.deps import AppState, StateDep
 from service.jobs import attempts as reports
 from service.jobs import logs as job_logs
 from service.jobs import phases
-from service.jobs.health_files import files_for
+from service.jobs.phases import PhaseMark
 from service.jobs.prune import delete_stored, prune_checkpoints
 from service.jobs.states import fence_attempt
-from service.jobs.straggler import CordonPolicy
-from service.schemas import (
+from service.schemas.base import ErrorBody
+from service.schemas.internal import (
     CheckpointIn,
-    CheckpointRead,
-    ErrorBody,
     HeartbeatIn,
     HeartbeatOut,
     InternalSpec,
@@ -35,6 +38,7 @@ from service.schemas import (
     StatusIn,
     WorkerIn,
 )
+from service.schemas.jobs import CheckpointRead
 
 __all__ = ["router"]
 
@@ -46,195 +50,151 @@ router = APIRouter(
 )
 
 
-def _as_attempt(
-    st: AppState, request: Request, job_id: str, attempt: int, fn: Callable[[Session], T]
-) -> T:
+class _Ids(TypedDict):
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class _AttemptCall:
+    """One call of the attempt's driver: its ids, bearer token and the service's state."""
+
+    st: AppState
+    token: str
+    ids: _Ids
+
+    @property
+    def lease(self) -> float:
+        return self.st.settings.lease_seconds
+
+    def run(self, fn: Callable[[Session], T]) -> T:
+        """``fn`` in one transaction with the token check (401, or 409 for a stale attempt)."""
+
+        def _tx(session: Session) -> T:
+            reports.check_attempt_token(session, token=self.token, **self.ids)
+            return fn(session)
+
+        return self.st.db.write(_tx)
+
+    def observed(self, write: Callable[[Session], PhaseMark | None]) -> dict[str, str]:
+        """A report that may mark a start-up phase: written as the attempt, then observed."""
+        self.st.observe_phase(self.run(write))
+        return {"status": "ok"}
+
+
+def _attempt_call(job_id: str, attempt: int, request: Request, st: StateDep) -> _AttemptCall:
     scheme, _, token = (request.headers.get("authorization") or "").partition(" ")
     token = token.strip() if scheme.lower() == "bearer" else ""
+    return _AttemptCall(st=st, token=token, ids=_Ids(job_id=job_id, attempt=attempt))
 
-    def _tx(session: Session) -> T:
-        reports.check_attempt_token(session, token=token, job_id=job_id, attempt=attempt)
-        return fn(session)
 
-    return st.db.write(_tx)
+CallDep = Annotated[_AttemptCall, Depends(_attempt_call)]
 
 
 @router.get("/spec", response_model=InternalSpec)
-def spec(job_id: str, attempt: int, request: Request, st: StateDep) -> InternalSpec:
-    lease = st.settings.lease_seconds
-    return _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: reports.attempt_spec(s, job_id=job_id, attempt=attempt, lease_seconds=lease),
+def spec(call: CallDep) -> InternalSpec:
+    return call.run(
+        lambda s: reports.attempt_spec(
+            s,
+            **call.ids,
+            lease_seconds=call.lease,
+            avoid_nodes=lambda s: sorted(cordoned_nodes(s, now=utcnow_py())),
+        )
     )
 
 
 @router.post("/heartbeat", response_model=HeartbeatOut)
-def heartbeat(
-    job_id: str, attempt: int, request: Request, st: StateDep, _body: HeartbeatIn | None = None
-) -> HeartbeatOut:
-    lease = st.settings.lease_seconds
-    return _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: reports.attempt_heartbeat(s, job_id=job_id, attempt=attempt, lease_seconds=lease),
-    )
+def heartbeat(call: CallDep, _body: HeartbeatIn | None = None) -> HeartbeatOut:
+    return call.run(lambda s: reports.attempt_heartbeat(s, **call.ids, lease_seconds=call.lease))
 
 
 @router.post("/status", response_model=dict[str, str])
-def status(
-    job_id: str, attempt: int, body: StatusIn, request: Request, st: StateDep
-) -> dict[str, str]:
-    lease = st.settings.lease_seconds
-    mark = _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
+def status(call: CallDep, body: StatusIn) -> dict[str, str]:
+    retries = call.st.settings.max_infra_retries
+    return call.observed(
         lambda s: reports.report_status(
-            s,
-            job_id=job_id,
-            attempt=attempt,
-            body=body,
-            lease_seconds=lease,
-            max_infra_retries=st.settings.max_infra_retries,
-        ),
+            s, **call.ids, body=body, lease_seconds=call.lease, max_infra_retries=retries
+        )
     )
-    st.observe_phase(mark)
-    return {"status": "ok"}
 
 
 @router.post("/phases", response_model=dict[str, str])
-def phase(
-    job_id: str, attempt: int, body: PhaseIn, request: Request, st: StateDep
-) -> dict[str, str]:
+def phase(call: CallDep, body: PhaseIn) -> dict[str, str]:
     """Rank 0 reached a start-up phase: a ``phase`` event (once per phase) and the histogram."""
-    lease = st.settings.lease_seconds
-    mark = _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
+    return call.observed(
         lambda s: phases.add_worker_phase(
-            s, job_id=job_id, attempt=attempt, phase=body.phase, at=body.time, lease_seconds=lease
-        ),
+            s, **call.ids, phase=body.phase, at=body.time, lease_seconds=call.lease
+        )
     )
-    st.observe_phase(mark)
-    return {"status": "ok"}
 
 
 @router.post("/metrics", response_model=MetricsAccepted)
-def metrics(
-    job_id: str, attempt: int, body: MetricsIn, request: Request, st: StateDep
-) -> MetricsAccepted:
-    lease = st.settings.lease_seconds
-    return _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: reports.add_metrics(
-            s,
-            job_id=job_id,
-            attempt=attempt,
-            body=body,
-            lease_seconds=lease,
-            nodes=lambda: files_for(st.settings).workers(job_id=job_id, attempt=attempt),
-            cordon=CordonPolicy.from_settings(st.settings),
-        ),
+def metrics(call: CallDep, body: MetricsIn) -> MetricsAccepted:
+    return call.run(lambda s: _add_metrics(s, call, body))
+
+
+def _add_metrics(s: Session, call: _AttemptCall, body: MetricsIn) -> MetricsAccepted:
+    settings, ids = call.st.settings, call.ids
+    stored = reports.add_metrics(s, **ids, body=body, lease_seconds=call.lease)
+    after_metrics(
+        s,
+        **ids,
+        body=body,
+        new=stored.new,
+        nodes=lambda: files_for(settings).workers(**ids),
+        cordon=CordonPolicy.from_settings(settings),
     )
+    return stored.accepted
 
 
 @router.post("/checkpoints", response_model=CheckpointRead)
-def checkpoints(
-    job_id: str,
-    attempt: int,
-    body: CheckpointIn,
-    request: Request,
-    st: StateDep,
-    background: BackgroundTasks,
-) -> CheckpointRead:
+def checkpoints(call: CallDep, body: CheckpointIn, background: BackgroundTasks) -> CheckpointRead:
     """Register a checkpoint; ``save_total_limit`` then prunes the older ones (rows in this
     transaction, stored objects after the reply)."""
-    lease = st.settings.lease_seconds
 
     def _add(s: Session) -> tuple[CheckpointRead, list[str]]:
-        read = reports.add_checkpoint(
-            s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
-        )
-        return read, prune_checkpoints(s, job_id=job_id)
+        read = reports.add_checkpoint(s, **call.ids, body=body, lease_seconds=call.lease)
+        return read, prune_checkpoints(s, job_id=call.ids["job_id"])
 
-    read, pruned = _as_attempt(st, request, job_id, attempt, _add)
+    read, pruned = call.run(_add)
     if pruned:
         background.add_task(delete_stored, pruned)
     return read
 
 
 @router.post("/restarts", response_model=dict[str, str])
-def restarts(
-    job_id: str, attempt: int, body: RestartIn, request: Request, st: StateDep
-) -> dict[str, str]:
+def restarts(call: CallDep, body: RestartIn) -> dict[str, str]:
     """Ray Train restarted this attempt's worker group (a worker died): an event + the count."""
-    lease = st.settings.lease_seconds
-    _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: reports.add_restart(
-            s, job_id=job_id, attempt=attempt, body=body, lease_seconds=lease
-        ),
-    )
+    call.run(lambda s: reports.add_restart(s, **call.ids, body=body, lease_seconds=call.lease))
     return {"status": "ok"}
 
 
 @router.post("/workers", response_model=dict[str, str])
-def workers(
-    job_id: str, attempt: int, body: WorkerIn, request: Request, st: StateDep
-) -> dict[str, str]:
+def workers(call: CallDep, body: WorkerIn) -> dict[str, str]:
     """A worker of this attempt started: its rank, pid and node, for the hang watch's stack
-    dumps (``service.jobs.hang``). Stored beside the job's logs, one file per rank."""
-    lease = st.settings.lease_seconds
-    _as_attempt(
-        st,
-        request,
-        job_id,
-        attempt,
-        lambda s: fence_attempt(s, job_id=job_id, attempt=attempt, lease_seconds=lease),
-    )
-    files_for(st.settings).put_worker(job_id=job_id, attempt=attempt, worker=body)
+    dumps (``service.health.hang``). Stored beside the job's logs, one file per rank."""
+    call.run(lambda s: fence_attempt(s, **call.ids, lease_seconds=call.lease))
+    files_for(call.st.settings).put_worker(**call.ids, worker=body)
     return {"status": "ok"}
 
 
 @router.post("/logs", response_model=dict[str, int])
 async def logs(
-    job_id: str,
-    attempt: int,
+    call: CallDep,
     request: Request,
-    st: StateDep,
     offset: Annotated[int, Query(ge=0, description="byte offset of the body in the output")],
 ) -> dict[str, int]:
     """Append a batch of the attempt's output (raw bytes); returns ``next_offset``, the
     stream's length now. Idempotent by offset. Accepted while the attempt is active and for
     ``log_grace_seconds`` after it ended (its last lines)."""
     data = await request.body()  # the body limit middleware caps it
-    lease, grace = st.settings.lease_seconds, st.settings.log_grace_seconds
+    grace = call.st.settings.log_grace_seconds
 
     def _write() -> int:
-        _as_attempt(
-            st,
-            request,
-            job_id,
-            attempt,
-            lambda s: job_logs.admit_batch(
-                s, job_id=job_id, attempt=attempt, lease_seconds=lease, grace_s=grace
-            ),
+        call.run(
+            lambda s: job_logs.admit_batch(s, **call.ids, lease_seconds=call.lease, grace_s=grace)
         )
-        store = job_logs.store_for(st.settings)
-        return store.append(job_id=job_id, attempt=attempt, offset=offset, data=data)
+        store = job_logs.store_for(call.st.settings)
+        return store.append(**call.ids, offset=offset, data=data)
 
     return {"next_offset": await run_in_threadpool(_write)}

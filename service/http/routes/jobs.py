@@ -3,37 +3,40 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from service.errors import Unavailable
+from service.health.rank_files import files_for
+from service.health.rank_files import job_stacks as job_stacks_domain
 from service.http import log_stream
 from service.http.deps import AppState, CurrentUser, Limit, StateDep, SubmitCtx
+from service.jobs import checkpoint_now as preemption
 from service.jobs import logs as job_logs_domain
-from service.jobs import preemption, reproduce
 from service.jobs import queries as jobs
-from service.jobs.health_files import files_for
-from service.jobs.health_files import job_stacks as job_stacks_domain
+from service.jobs import reproduce
 from service.jobs.queue_page import queue_page
 from service.jobs.submit import SubmitResult, submit_job
 from service.jobs.submit import dry_run as dry_run_job
-from service.schemas import (
+from service.launch import ClusterResources
+from service.policy.accelerators import KNOWN_MEMORY_GB, AcceleratorType, admin_catalog
+from service.schemas.base import ErrorBody
+from service.schemas.cluster import ClusterRead, QueuePage, TypeCapacity
+from service.schemas.jobs import (
+    AttemptsPage,
     CheckpointsPage,
     CloneIn,
-    ClusterRead,
     DryRunRead,
-    ErrorBody,
     EventsPage,
     JobRead,
     JobRecordRead,
     JobsPage,
     LogsRead,
     MetricsPage,
-    NodeRead,
-    QueuePage,
 )
 
 __all__ = ["router"]
@@ -221,6 +224,12 @@ def list_events(
     )
 
 
+@router.get("/jobs/{job_id}/attempts", response_model=AttemptsPage, responses=_ERRORS)
+def list_attempts(job_id: str, st: StateDep, user: CurrentUser) -> AttemptsPage:
+    """The job's attempts, oldest first: status, width (an elastic job's differ), type."""
+    return st.db.read(lambda s: jobs.list_attempts(s, principal=user, job_id=job_id))
+
+
 @router.get(
     "/jobs/{job_id}/stacks",
     response_class=PlainTextResponse,
@@ -247,11 +256,24 @@ def list_metrics(
     cursor: str | None = None,
     after: Annotated[int | None, Query(ge=0, description="a point id; newer points only")] = None,
     name: Annotated[list[str] | None, Query()] = None,
+    attempts: Annotated[
+        Literal["latest", "all"],
+        Query(description="latest: each step's point from the newest attempt that ran it; all"),
+    ] = "latest",
 ) -> MetricsPage:
+    """Metric points in arrival order; a step re-run by a resumed attempt appears once (the
+    newest attempt's point) unless ``attempts=all``."""
     names = [n for v in name or [] for n in v.split(",") if n]
     return st.db.read(
         lambda s: jobs.list_metrics(
-            s, principal=user, job_id=job_id, limit=limit, cursor=cursor, after=after, names=names
+            s,
+            principal=user,
+            job_id=job_id,
+            limit=limit,
+            cursor=cursor,
+            after=after,
+            names=names,
+            all_attempts=attempts == "all",
         )
     )
 
@@ -321,9 +343,31 @@ def cluster(st: StateDep, _user: CurrentUser) -> ClusterRead:
     except Exception as e:
         raise Unavailable(f"the cluster (Ray) is unreachable: {type(e).__name__}: {e}"[:500]) from e
     return ClusterRead(
-        nodes=[NodeRead.model_validate(n, from_attributes=True) for n in c.nodes],
+        nodes=list(c.nodes),
         total_cpus=c.total_cpus,
         free_cpus=c.free_cpus,
         total_gpus=c.total_gpus,
         free_gpus=c.free_gpus,
+        by_type=capacity_by_type(c, admin_catalog(st.settings.accelerator_types)),
     )
+
+
+def capacity_by_type(
+    c: ClusterResources, admin: Mapping[str, AcceleratorType]
+) -> dict[str, TypeCapacity]:
+    """Per accelerator type its alive nodes' GPUs, free and total ("" = GPUs of no type)."""
+    out: dict[str, TypeCapacity] = {}
+    for n in c.nodes:
+        if not n.alive or (n.total_gpus <= 0 and not n.accelerator):
+            continue
+        t = out.get(n.accelerator)
+        known = admin.get(n.accelerator)
+        mem = KNOWN_MEMORY_GB.get(n.accelerator)
+        out[n.accelerator] = TypeCapacity(
+            nodes=(t.nodes if t else 0) + 1,
+            total_gpus=(t.total_gpus if t else 0.0) + n.total_gpus,
+            free_gpus=(t.free_gpus if t else 0.0) + n.free_gpus,
+            memory_gb=known.memory_gb if known is not None and known.memory_bytes else mem,
+            weight=known.weight if known is not None else 1.0,
+        )
+    return dict(sorted(out.items()))

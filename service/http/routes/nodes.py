@@ -1,14 +1,15 @@
 """Admin: nodes the straggler watch flagged, their cordons, and lifting one (thin routes over
-``service.jobs.cordons``)."""
+``service.health.cordons``)."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from service.db.models import utcnow_py
+from service.db.tables import utcnow_py
+from service.health.cordons import lift_cordon, list_nodes
 from service.http.deps import CurrentUser, StateDep
-from service.jobs.cordons import lift_cordon, list_nodes
-from service.schemas import ErrorBody, NodeCordonRead
+from service.schemas.base import ErrorBody
+from service.schemas.cluster import NodeCordonRead
 
 __all__ = ["router"]
 

@@ -10,11 +10,11 @@ stays OpenAI's model list; uploaded base models are listed at ``GET /v1/models/u
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, File, Form, UploadFile
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
 from service.http.deps import CurrentUser, Limit, StateDep
 from service.objects.store import (
@@ -26,7 +26,7 @@ from service.objects.store import (
     list_objects,
     staged,
 )
-from service.schemas import ErrorBody
+from service.schemas.base import ErrorBody
 
 __all__ = ["ObjectRead", "ObjectsPage", "router"]
 
@@ -37,31 +37,12 @@ router = APIRouter(
 )
 
 
-class ObjectRead(BaseModel):
-    """A team's dataset (``ds-...``) or base model (``mdl-...``) in the store."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    id: str
-    kind: str  # dataset | model
-    name: str
-    digest: str  # SHA-256 of the object's manifest: objects/<digest>/ in storage
-    format: str  # jsonl | json | csv | tsv | txt | parquet (datasets); hf (models)
-    columns: list[str]
-    rows: int | None
-    sample: list[Any]
-    files: list[str]
-    bytes: int
-    created_at: int  # unix seconds
+ObjectRead = ObjectInfo  # the response: a dataclass, read as is
 
 
 class ObjectsPage(BaseModel):
     data: list[ObjectRead]
     next_cursor: str | None
-
-
-def _read(info: ObjectInfo) -> ObjectRead:
-    return ObjectRead(**info.__dict__)
 
 
 async def _upload(
@@ -82,16 +63,14 @@ async def _upload(
             )
 
     try:
-        return _read(await run_in_threadpool(_run))
+        return await run_in_threadpool(_run)
     finally:
         for f in files:
             await f.close()
 
 
 def _page(infos: list[ObjectInfo], more: bool) -> ObjectsPage:
-    return ObjectsPage(
-        data=[_read(i) for i in infos], next_cursor=infos[-1].id if more and infos else None
-    )
+    return ObjectsPage(data=infos, next_cursor=infos[-1].id if more and infos else None)
 
 
 # ---------------------------------------------------------------- datasets
@@ -112,32 +91,6 @@ async def upload_dataset(
     return await _upload(st, user, "dataset", file, name)
 
 
-@router.get("/datasets", response_model=ObjectsPage)
-def list_datasets(
-    st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None
-) -> ObjectsPage:
-    return _page(
-        *st.db.read(
-            lambda s: list_objects(s, principal=user, kind="dataset", limit=limit, after=cursor)
-        )
-    )
-
-
-@router.get("/datasets/{object_id}", response_model=ObjectRead)
-def show_dataset(object_id: str, st: StateDep, user: CurrentUser) -> ObjectRead:
-    return _read(
-        st.db.read(lambda s: get_object(s, principal=user, object_id=object_id, kind="dataset"))
-    )
-
-
-@router.delete("/datasets/{object_id}", status_code=204)
-def delete_dataset(object_id: str, st: StateDep, user: CurrentUser) -> None:
-    """Hide the dataset; its bytes stay while a job that used it exists."""
-    delete_object(
-        st.db, principal=user, object_id=object_id, kind="dataset", root=st.settings.storage
-    )
-
-
 # ---------------------------------------------------------------- base models
 
 
@@ -155,27 +108,45 @@ async def upload_model(
     return await _upload(st, user, "model", file, name)
 
 
-@router.get("/models/uploaded", response_model=ObjectsPage)
-def list_uploaded_models(
-    st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None
-) -> ObjectsPage:
-    return _page(
-        *st.db.read(
-            lambda s: list_objects(s, principal=user, kind="model", limit=limit, after=cursor)
+def _reads(kind: str, list_path: str, item_path: str, names: tuple[str, str, str]) -> None:
+    """List, show and delete, the same for both kinds: ``names`` are the routes' names."""
+
+    def list_(
+        st: StateDep, user: CurrentUser, limit: Limit, cursor: str | None = None
+    ) -> ObjectsPage:
+        return _page(
+            *st.db.read(
+                lambda s: list_objects(s, principal=user, kind=kind, limit=limit, after=cursor)
+            )
         )
+
+    def show(object_id: str, st: StateDep, user: CurrentUser) -> ObjectRead:
+        return st.db.read(lambda s: get_object(s, principal=user, object_id=object_id, kind=kind))
+
+    def delete(object_id: str, st: StateDep, user: CurrentUser) -> None:
+        delete_object(
+            st.db, principal=user, object_id=object_id, kind=kind, root=st.settings.storage
+        )
+
+    hide = f"Hide the {kind}; its bytes stay while a job that used it exists."
+    router.add_api_route(
+        list_path, list_, methods=["GET"], response_model=ObjectsPage, name=names[0]
+    )
+    router.add_api_route(item_path, show, methods=["GET"], response_model=ObjectRead, name=names[1])
+    router.add_api_route(
+        item_path, delete, methods=["DELETE"], status_code=204, name=names[2], description=hide
     )
 
 
-@router.get("/models/{object_id}", response_model=ObjectRead)
-def show_model(object_id: str, st: StateDep, user: CurrentUser) -> ObjectRead:
-    return _read(
-        st.db.read(lambda s: get_object(s, principal=user, object_id=object_id, kind="model"))
-    )
-
-
-@router.delete("/models/{object_id}", status_code=204)
-def delete_model(object_id: str, st: StateDep, user: CurrentUser) -> None:
-    """Hide the model; its bytes stay while a job that used it exists."""
-    delete_object(
-        st.db, principal=user, object_id=object_id, kind="model", root=st.settings.storage
-    )
+_reads(
+    "dataset",
+    "/datasets",
+    "/datasets/{object_id}",
+    ("list_datasets", "show_dataset", "delete_dataset"),
+)
+_reads(
+    "model",
+    "/models/uploaded",
+    "/models/{object_id}",
+    ("list_uploaded_models", "show_model", "delete_model"),
+)

@@ -7,16 +7,17 @@ bearer token (``CurrentUser``); errors here use OpenAI's ``{"error": {...}}`` sh
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, File, Form, Query, UploadFile
 from fastapi.concurrency import run_in_threadpool
 
-from service.http.deps import CurrentUser, StateDep
+from service.http.deps import AppState, CurrentUser, StateDep
 from service.openai import fine_tuning as ft
 from service.openai.catalog import CatalogModel, load_catalog
 from service.openai.files import create_file, delete_file, get_file, list_files
-from service.openai_schemas import (
+from service.schemas.openai import (
     CheckpointsList,
     DeletedFile,
     EventsList,
@@ -89,9 +90,7 @@ def files_list(
     infos, more = st.db.read(
         lambda s: list_files(s, principal=user, limit=limit, after=after, purpose=purpose)
     )
-    data = [FileObject(**_file_fields(i)) for i in infos]
-    first, last = (data[0].id, data[-1].id) if data else (None, None)
-    return FilesList(data=data, has_more=more, first_id=first, last_id=last)
+    return FilesList.of([FileObject(**_file_fields(i)) for i in infos], more)
 
 
 @router.get("/files/{file_id}", response_model=FileObject)
@@ -126,12 +125,21 @@ def create_job(
     )
 
 
+_P = TypeVar("_P", FineTuningJobsList, EventsList, CheckpointsList)
+
+
+def _page(st: AppState, page: type[_P], lister: Callable[..., Any], **query: Any) -> _P:
+    """One fine-tuning list page, read in one transaction: ``lister(session, **query)`` gives
+    the page's objects and whether more follow."""
+    data, more = st.db.read(lambda s: lister(s, **query))
+    return page.of(data, more)
+
+
 @router.get("/fine_tuning/jobs", response_model=FineTuningJobsList)
 def list_jobs(
     st: StateDep, user: CurrentUser, limit: PageLimit = 20, after: str | None = None
 ) -> FineTuningJobsList:
-    data, more = st.db.read(lambda s: ft.list_ft_jobs(s, principal=user, limit=limit, after=after))
-    return FineTuningJobsList.model_validate({"data": data, "has_more": more})
+    return _page(st, FineTuningJobsList, ft.list_ft_jobs, principal=user, limit=limit, after=after)
 
 
 @router.get("/fine_tuning/jobs/{ft_id}", response_model=FineTuningJobObject)
@@ -154,27 +162,27 @@ def resume_job(ft_id: str, st: StateDep, user: CurrentUser) -> dict[str, Any]:
     return ft.resume_ft_job(st.db, principal=user, ft_id=ft_id)
 
 
-@router.get("/fine_tuning/jobs/{ft_id}/events", response_model=EventsList)
-def list_events(
-    ft_id: str, st: StateDep, user: CurrentUser, limit: PageLimit = 20, after: str | None = None
-) -> EventsList:
-    data, more = st.db.read(
-        lambda s: ft.list_ft_events(s, principal=user, ft_id=ft_id, limit=limit, after=after)
-    )
-    return EventsList.model_validate({"data": data, "has_more": more})
+def _ft_list(path: str, page: type[_P], lister: Callable[..., Any], n: int, name: str) -> None:
+    """A fine-tuning job's events or checkpoints, ``n`` a page unless asked otherwise;
+    ``name``: the route's name."""
+
+    def list_(
+        ft_id: str, st: StateDep, user: CurrentUser, limit: PageLimit = n, after: str | None = None
+    ) -> _P:
+        query = {"principal": user, "ft_id": ft_id, "limit": limit, "after": after}
+        return _page(st, page, lister, **query)
+
+    router.add_api_route(path, list_, methods=["GET"], response_model=page, name=name)
 
 
-@router.get("/fine_tuning/jobs/{ft_id}/checkpoints", response_model=CheckpointsList)
-def list_checkpoints(
-    ft_id: str, st: StateDep, user: CurrentUser, limit: PageLimit = 10, after: str | None = None
-) -> CheckpointsList:
-    data, more = st.db.read(
-        lambda s: ft.list_ft_checkpoints(s, principal=user, ft_id=ft_id, limit=limit, after=after)
-    )
-    first, last = (data[0]["id"], data[-1]["id"]) if data else (None, None)
-    return CheckpointsList.model_validate(
-        {"data": data, "has_more": more, "first_id": first, "last_id": last}
-    )
+_ft_list("/fine_tuning/jobs/{ft_id}/events", EventsList, ft.list_ft_events, 20, "list_events")
+_ft_list(
+    "/fine_tuning/jobs/{ft_id}/checkpoints",
+    CheckpointsList,
+    ft.list_ft_checkpoints,
+    10,
+    "list_checkpoints",
+)
 
 
 # ---------------------------------------------------------------- models

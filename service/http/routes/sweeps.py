@@ -5,12 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from service.accounts.data_roots import roots_for
-from service.http.deps import CurrentUser, Limit, StateDep
-from service.jobs.hub import policy_from_settings
-from service.schemas import ErrorBody, SweepRead, SweepsPage
+from service.http.deps import CurrentUser, Limit, StateDep, SubmitCtx
+from service.schemas.base import ErrorBody
+from service.schemas.sweeps import SweepRead, SweepsPage
 from service.sweeps import queries as sweeps
-from service.sweeps.submit import TrialChecks, create_sweep
+from service.sweeps.submit import create_sweep
 
 __all__ = ["router"]
 
@@ -32,21 +31,13 @@ router = APIRouter(
         }
     },
 )
-async def submit_sweep(request: Request, st: StateDep, user: CurrentUser) -> SweepRead:
+async def submit_sweep(
+    request: Request, st: StateDep, user: CurrentUser, checks: SubmitCtx
+) -> SweepRead:
     """A sweep: ``base`` (a JobSpec), ``space``, ``objective`` + ``direction``, ``max_trials``,
     ``max_parallel``, ``sampler``, ``pruner`` (+ settings), ``budget``. Every corner of the
     space is validated as a trial spec first (422 naming ``space.<path>``)."""
     raw = await request.body()
-    seen = await run_in_threadpool(st.clusters().seen)  # the scheduler's last view
-    team_roots = await run_in_threadpool(lambda: st.db.read(lambda s: roots_for(s, team=user.team)))
-    checks = TrialChecks(
-        data_roots=[*st.settings.data_roots, *team_roots],
-        cluster=seen.cluster,
-        allow_pickle_weights=st.settings.allow_pickle_weights,
-        ecosystem=policy_from_settings(st.settings),
-        storage=st.settings.storage,
-        data_buckets=tuple(st.settings.data_buckets),
-    )
     content_type = request.headers.get("content-type")
 
     def _create() -> SweepRead:

@@ -28,8 +28,8 @@ from sqlalchemy.orm import Session
 
 from service.db.changes import KeptRows
 from service.db.engine import Database
-from service.db.models import ACTIVE, Attempt, Job, MetricPoint, Team
-from service.jobs.hang import SpecBits, Watched, kept_watched
+from service.db.tables import ACTIVE, Attempt, Job, MetricPoint, Team
+from service.health.hang import SpecBits, Watched, kept_watched
 from service.jobs.reconcile import ActiveAttempt, kept_active
 from service.launch import (
     ClusterResources,
@@ -40,15 +40,15 @@ from service.launch import (
 )
 from service.policy.capacity import PackMemo, memo
 from service.policy.eta import estimate_starts
-from service.policy.plan import Plan, PolicyConfig, plan
+from service.policy.planner import Plan, PolicyConfig, plan
 from service.policy.queue_index import QueueIndex
 from service.policy.snapshot import Snapshot
 from service.scheduler import owed
-from service.scheduler import snapshot as snapshot_mod
+from service.scheduler import snapshot_reader as snapshot_mod
 from service.scheduler.job_rows import JobRows
 from service.scheduler.loop import Scheduler
 from service.scheduler.record import store_queue
-from service.scheduler.snapshot import build_snapshot
+from service.scheduler.snapshot_reader import build_snapshot
 from service.scheduler.usage import Usage
 from service.settings import Settings
 
@@ -469,7 +469,7 @@ def test_without_the_triggers_every_read_is_full(
             how = _compare(db, k)
             assert how == "full: the change triggers are missing"
     finally:
-        if not db.is_sqlite:  # this module's schema is shared by its tests
+        if not db.is_sqlite:  # the session's schema is shared by every test
             db.write(lambda s: s.execute(text("ALTER TABLE jobs ENABLE TRIGGER jobs_change_seq")))
         db.dispose()
 
@@ -630,7 +630,7 @@ def _loop(url: str, tmp: Path) -> tuple[Scheduler, InMemoryLauncher]:
 def _churn(sched: Scheduler, launcher: InMemoryLauncher, rng: random.Random) -> None:
     """Some of the jobs the scheduler started report running, some of those succeed."""
     from service.jobs.attempts import report_status
-    from service.schemas import StatusIn
+    from service.schemas.internal import StatusIn
 
     for sub, req in sorted(launcher.submitted.items()):
         state = launcher.states[sub].state

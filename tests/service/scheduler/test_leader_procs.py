@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from service.db.models import Attempt, Job, SchedulerLease
+from service.db.tables import Attempt, Job, SchedulerLease
 from tests.service.svc_helpers import bearer, tiny_spec
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from service.db.models import Event, Job
+from service.db.tables import Event, Job
 from service.launch import InMemoryLauncher, LaunchState, LaunchStatus, NodeResources
 from service.scheduler.loop import Scheduler
 from tests.service.svc_helpers import bearer, tiny_spec
@@ -268,7 +268,7 @@ def test_the_leader_advances_each_teams_owed_account(make_h: Any, make_token: An
     """A holds both CPUs and has a third job waiting while B waits: over the time between
     ticks B is owed half the cluster per second and A owes it (equal weights); the account
     lives in the database."""
-    from service.db.models import Team
+    from service.db.tables import Team
 
     h = make_h()
     h.launcher.nodes = cpus(2)

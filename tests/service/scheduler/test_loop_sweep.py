@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from service.db.models import Job
+from service.db.tables import Job
 from service.launch import InMemoryLauncher
 from service.scheduler.loop import Scheduler
 from service.sweeps.controller import SweepController

@@ -1,4 +1,4 @@
-"""policy.plan: fair-share order, EASY reservations, preemption choices. Tables of cases."""
+"""policy.planner: fair-share order, EASY reservations, preemption choices. Tables of cases."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from service.policy.plan import PolicyConfig, plan
+from service.policy.planner import PolicyConfig, plan
 from service.policy.snapshot import TeamQuota, TeamState
 from tests.service.scheduler.policy_helpers import job, running, snapshot
 
@@ -291,7 +291,7 @@ def test_fair_share_does_not_stop_a_gang_to_run_a_small_job() -> None:
 
 
 def test_waiting_reasons_are_typed_and_written_for_people_at_the_end() -> None:
-    from service.policy.plan import WaitKind
+    from service.policy.planner import WaitKind
 
     # One 2-CPU node: `old` holds one CPU until t=100. `gang` (2 CPUs) gets the reservation
     # at 100; `long` (1 CPU, no bound, not preemptible) would delay it; `huge` never fits;

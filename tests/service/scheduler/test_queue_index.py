@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 
 from service.policy.eta import estimate_starts
-from service.policy.plan import PolicyConfig, plan
+from service.policy.planner import PolicyConfig, plan
 from service.policy.queue_index import QueueIndex
 from service.policy.snapshot import QueueEntry, TeamQuota, TeamState
 from tests.service.scheduler.policy_helpers import job, running, snapshot

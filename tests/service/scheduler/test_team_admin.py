@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import update
 
-from service.db.models import Attempt, Team
+from service.db.tables import Attempt, Team
 from tests.service.svc_helpers import bearer, claim, tiny_spec
 
 
@@ -21,10 +21,20 @@ def test_patch_team_changes_weight_quota_and_max_priority(
     assert r.status_code == 200, r.text
     got = r.json()
     assert got["weight"] == 3 and got["max_priority"] == "high"
-    assert got["quota"] == {"max_gpus": 8, "max_cpus": None, "max_running_jobs": 2}
+    assert got["quota"] == {
+        "max_gpus": 8,
+        "max_cpus": None,
+        "max_running_jobs": 2,
+        "max_gpus_by_type": None,
+    }
     # A field left out is kept; a null clears it (unlimited).
     r = client.patch("/v1/teams/ml", json={"quota": {"max_gpus": None}}, headers=h)
-    assert r.json()["quota"] == {"max_gpus": None, "max_cpus": None, "max_running_jobs": 2}
+    assert r.json()["quota"] == {
+        "max_gpus": None,
+        "max_cpus": None,
+        "max_running_jobs": 2,
+        "max_gpus_by_type": None,
+    }
     listed = client.get("/v1/teams", headers=h).json()["data"]
     assert {t["name"]: t["weight"] for t in listed}["ml"] == 3
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy.orm import Session
 
-from service.db.models import utcnow_py
-from service.webhooks.delivery import DeliveryConfig, DeliveryWorker
+from service.db.tables import utcnow_py
+from service.webhooks.events import WebhookEvent
 from service.webhooks.outbox import enqueue
+from service.webhooks.sender import DeliveryConfig, DeliveryWorker
 from service.webhooks.ssrf import parse_allow
 from tests.service.svc_helpers import submit
 from tests.service.webhooks.receiver import Receiver
@@ -41,10 +42,10 @@ def queue(db: Any, job_id: str, events: list[tuple[str, str]]) -> None:
 
     def _queue(s: Session) -> None:
         for key, type_ in events:
-            enqueue(
-                s.connection(), job_id=job_id, event_key=key, type_=type_,
-                created_at=utcnow_py(), extra={"key": key},
-            )  # fmt: skip
+            webhook = WebhookEvent(
+                type_=type_, event_key=key, created_at=utcnow_py(), extra={"key": key}
+            )
+            enqueue(s.connection(), job_id=job_id, webhook=webhook)
 
     db.write(_queue)
 

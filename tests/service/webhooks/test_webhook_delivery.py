@@ -18,10 +18,11 @@ import httpx
 import pytest
 from sqlalchemy import select, update
 
-from service.db.models import WebhookDelivery, WebhookEndpoint, utcnow_py
-from service.webhooks.delivery import DeliveryConfig, deliver_due
+from service.db.tables import WebhookDelivery, WebhookEndpoint, utcnow_py
 from service.webhooks.endpoints import endpoint_read
+from service.webhooks.events import WebhookEvent
 from service.webhooks.outbox import enqueue
+from service.webhooks.sender import DeliveryConfig, deliver_due
 from service.webhooks.ssrf import parse_allow
 from tests.service.svc_helpers import submit
 from tests.service.webhooks.receiver import Receiver
@@ -49,10 +50,11 @@ def queue_one(client: Any, db: Any, token: str, url: str, key: str = "e1") -> st
     job = submit(client, token)
     db.write(
         lambda s: enqueue(
-            s.connection(), job_id=job["id"], event_key=key, type_="job.failed",
-            created_at=utcnow_py(),
+            s.connection(),
+            job_id=job["id"],
+            webhook=WebhookEvent(type_="job.failed", event_key=key, created_at=utcnow_py()),
         )
-    )  # fmt: skip
+    )
     return ep
 
 
@@ -157,7 +159,7 @@ def test_prune_deletes_only_old_finished_rows(
 ) -> None:
     from datetime import UTC, datetime
 
-    from service.webhooks.delivery import prune
+    from service.webhooks.sender import prune
 
     token = make_token("default")
     queue_one(client, db, token, receiver.url)

@@ -21,8 +21,8 @@ from sqlalchemy import select
 
 from service.app import create_app
 from service.db.engine import Database
-from service.db.models import WebhookDelivery
-from service.webhooks.delivery import DeliveryConfig, DeliveryWorker
+from service.db.tables import WebhookDelivery
+from service.webhooks.sender import DeliveryConfig, DeliveryWorker
 from service.webhooks.ssrf import parse_allow
 from tests.service.svc_helpers import bearer, claim, internal, submit
 from tests.service.webhooks.receiver import Receiver

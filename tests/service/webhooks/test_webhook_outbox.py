@@ -10,10 +10,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.db.models import WebhookDelivery, WebhookEndpoint, utcnow_py
+from service.db.tables import WebhookDelivery, WebhookEndpoint, utcnow_py
 from service.jobs.states import JobStatus, transition
-from service.webhooks.delivery import claim_due
+from service.webhooks.events import WebhookEvent
 from service.webhooks.outbox import enqueue
+from service.webhooks.sender import claim_due
 from service.webhooks.signing import new_secret
 from tests.service.svc_helpers import claim, submit
 
@@ -85,13 +86,10 @@ def test_same_event_queued_once_and_claimed_by_one_sender(
     job = submit(client, token)
 
     def _enqueue(s: Session) -> int:
-        return enqueue(
-            s.connection(),
-            job_id=job["id"],
-            event_key="checkpoint-1-10",
-            type_="job.checkpoint",
-            created_at=utcnow_py(),
+        webhook = WebhookEvent(
+            type_="job.checkpoint", event_key="checkpoint-1-10", created_at=utcnow_py()
         )
+        return enqueue(s.connection(), job_id=job["id"], webhook=webhook)
 
     assert db.write(_enqueue) == 1
     assert db.write(_enqueue) == 0  # a retried batch, a second writer
@@ -108,7 +106,7 @@ def test_job_notify_adds_types_for_that_job_only(client: Any, db: Any, make_toke
     plain = submit(client, token)
     from sqlalchemy import update
 
-    from service.db.models import Job
+    from service.db.tables import Job
 
     noisy = submit(client, token)
     db.write(
@@ -131,14 +129,14 @@ def test_job_notify_adds_types_for_that_job_only(client: Any, db: Any, make_toke
 def test_health_events_map_to_their_webhook_types(
     client: Any, db: Any, make_token: Any, event_type: str, webhook: str | None
 ) -> None:
-    from service.db.models import Event
+    from service.db.tables import Event
 
     token = make_token("default")
     add_endpoint(db, events=[], url="http://127.0.0.1:1/ffffff")  # types come from notify:
     job = submit(client, token)
     from sqlalchemy import update
 
-    from service.db.models import Job
+    from service.db.tables import Job
 
     notify = [{"url": "http://127.0.0.1:1/ffffff"}]  # all types
     db.write(

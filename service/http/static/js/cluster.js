@@ -5,7 +5,7 @@
 // timer.
 
 import { all, get } from "./api.js";
-import { age, fmt, h } from "./util.js";
+import { age, fmt, h, thead } from "./util.js";
 
 const REFRESH_MS = 5000;
 const RUNNING = ["starting", "running", "cancelling"];
@@ -92,17 +92,16 @@ export function clusterView(main, ctx) {
     h("section", { class: "card", "aria-labelledby": "teams-title" },
       h("h1", { id: "teams-title" }, "Who holds what"),
       h("table", { id: "teams-table" },
-        h("thead", {}, h("tr", {}, ["Team", "Running", "Queued", "GPUs", "CPUs", "Weight",
+        thead(["Team", "Running", "Queued", "GPUs", "CPUs", "Weight",
           "Quota", "Max priority", "GPU-h (24 h)",
-          "Budget (used / limit)", "Owed (cluster-h)"]
-          .map((c) => h("th", { scope: "col" }, c)))),
+          "Budget (used / limit)", "Owed (cluster-h)"]),
         teamsBody),
       note),
     h("section", { class: "card", "aria-labelledby": "cqueue-title" },
       h("h2", { id: "cqueue-title" }, "Queue"),
       h("table", { id: "cluster-queue-table" },
-        h("thead", {}, h("tr", {}, ["#", "Job", "Team", "Priority", "Needs", "Waiting",
-          "Expected start", "Reason"].map((c) => h("th", { scope: "col" }, c)))),
+        thead(["#", "Job", "Team", "Priority", "Needs", "Waiting",
+          "Expected start", "Reason"]),
         queueBody)));
   const ctrl = new AbortController();
   async function refresh() {

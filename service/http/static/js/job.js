@@ -5,7 +5,8 @@
 
 import { all, ApiError, get, post, stream } from "./api.js";
 import { chartFor, MetricChart } from "./charts.js";
-import { bytes, fmt, h, progressBar, statusBadge, TERMINAL, time } from "./util.js";
+import { NewestAttempt } from "./points.js";
+import { bytes, fmt, h, progressBar, statusBadge, TERMINAL, thead, time } from "./util.js";
 
 const POLL_MS = 2500;
 const LOG_TAIL_BYTES = 64 * 1024;  // the server keeps all of it; GET .../logs?offset= pages on
@@ -38,8 +39,7 @@ export function jobView(main, ctx, jobId) {
     h("div", { class: "grid2" },
       h("section", { class: "card", "aria-label": "Events" }, h("h2", {}, "Events"), el.events),
       h("section", { class: "card", "aria-label": "Checkpoints" }, h("h2", {}, "Checkpoints"),
-        h("table", {}, h("thead", {}, h("tr", {}, ["Step", "Verified", "Size", "Created", "URI"]
-          .map((c) => h("th", { scope: "col" }, c)))), el.ckpts))),
+        h("table", {}, thead(["Step", "Verified", "Size", "Created", "URI"]), el.ckpts))),
     h("section", { class: "card", "aria-label": "Logs" }, h("h2", {}, "Logs (tail)"), el.logs));
 
   const charts = {
@@ -48,11 +48,13 @@ export function jobView(main, ctx, jobId) {
     eval: new MetricChart(el.charts, { id: "chart-eval", title: "Eval metrics" }),
   };
   const latest = new Map();
+  const newest = new NewestAttempt(); // a step re-run after a resume: drawn once, newest attempt
   let job = null;
   let timer = null;
 
   function addPoint(p) {
     if (!p || typeof p.step !== "number" || typeof p.name !== "string") return;
+    if (!newest.keep(p)) return;
     const which = chartFor(p.name);
     if (which) charts[which].add(p.name, p.step, p.value);
     const prev = latest.get(p.name);

@@ -1,7 +1,7 @@
 // The jobs view (#/): the team's jobs with a status filter, and the queue; auto-refreshes.
 
 import { all, get } from "./api.js";
-import { age, fmt, h, progressBar, statusBadge } from "./util.js";
+import { age, fmt, h, progressBar, statusBadge, thead } from "./util.js";
 
 const STATUSES = ["", "queued", "starting", "running", "cancelling", "succeeded", "failed",
   "cancelled", "paused", "pruned"];
@@ -20,15 +20,13 @@ export function jobsView(main, ctx) {
         h("h1", { id: "jobs-title" }, "Jobs"),
         h("label", { class: "filter" }, "Status ", filter)),
       h("table", { id: "jobs-table" },
-        h("thead", {}, h("tr", {}, ["Name", "ID", "Status", "Team", "Progress", "Loss", "Age"]
-          .map((c) => h("th", { scope: "col" }, c)))),
+        thead(["Name", "ID", "Status", "Team", "Progress", "Loss", "Age"]),
         jobsBody),
       note),
     h("section", { class: "card", "aria-labelledby": "queue-title" },
       h("h2", { id: "queue-title" }, "Queue"),
       h("table", { id: "queue-table" },
-        h("thead", {}, h("tr", {}, ["#", "Name", "Team", "Priority", "Waiting", "Reason"]
-          .map((c) => h("th", { scope: "col" }, c)))),
+        thead(["#", "Name", "Team", "Priority", "Waiting", "Reason"]),
         queueBody)));
 
   async function refresh() {

@@ -7,7 +7,7 @@
 import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { all, get, post } from "./api.js";
 import { axisLabel } from "./charts.js";
-import { age, fmt, h, statusBadge } from "./util.js";
+import { age, fmt, h, statusBadge, thead } from "./util.js";
 
 const POLL_MS = 3000;
 const DONE = new Set(["succeeded", "failed", "cancelled"]);
@@ -21,8 +21,7 @@ export function sweepsView(main, ctx) {
   main.replaceChildren(h("section", { class: "card", "aria-labelledby": "sweeps-title" },
     h("h1", { id: "sweeps-title" }, "Sweeps"),
     h("table", { id: "sweeps-table" },
-      h("thead", {}, h("tr", {}, ["Sweep", "Id", "Status", "Trials", "Objective", "Best", "Age"]
-        .map((c) => h("th", { scope: "col" }, c)))), body), note));
+      thead(["Sweep", "Id", "Status", "Trials", "Objective", "Best", "Age"]), body), note));
   const ctrl = new AbortController();
   async function refresh() {
     try {
@@ -126,9 +125,9 @@ export function sweepView(main, ctx, sweepId) {
       h("div", { class: "row" }, el.title, el.status, el.actions), el.facts, el.best, el.note),
     h("section", { class: "card", "aria-label": "Objective" }, h("h2", {}, "Objective"), el.charts),
     h("section", { class: "card", "aria-label": "Trials" }, h("h2", {}, "Trials"),
-      h("table", { id: "trials-table" }, h("thead", {}, h("tr", {},
-        ["#", "Job", "Status", "Parameters", "Objective", "Best (step)", "Pruned at"]
-          .map((c) => h("th", { scope: "col" }, c)))), el.trials)));
+      h("table", { id: "trials-table" },
+        thead(["#", "Job", "Status", "Parameters", "Objective", "Best (step)", "Pruned at"]),
+        el.trials)));
   const charts = new Map();
   const ctrl = new AbortController();
   let timer = null;

@@ -19,6 +19,11 @@ export function h(tag, attrs = {}, ...children) {
   return el;
 }
 
+// A table's header row: a column header (scope "col") per name.
+export function thead(columns) {
+  return h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c))));
+}
+
 export function statusBadge(status) {
   return h("span", { class: `badge s-${status}` }, status);
 }

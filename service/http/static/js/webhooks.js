@@ -3,7 +3,7 @@
 // for members (same webhook-id, fresh retry schedule). Re-read every few seconds.
 
 import { all, get, post } from "./api.js";
-import { age, h, statusBadge, time } from "./util.js";
+import { age, h, statusBadge, thead, time } from "./util.js";
 
 const POLL_MS = 5000;
 const LIMIT = 100;
@@ -36,13 +36,12 @@ export function webhooksView(main, ctx) {
     h("section", { class: "card", "aria-labelledby": "webhooks-title" },
       h("h1", { id: "webhooks-title" }, "Webhooks"),
       h("table", { id: "webhook-endpoints" },
-        h("thead", {}, h("tr", {}, ["Endpoint", "URL", "Events", "State", "Failures"]
-          .map((c) => h("th", { scope: "col" }, c)))), endpointsBody)),
+        thead(["Endpoint", "URL", "Events", "State", "Failures"]), endpointsBody)),
     h("section", { class: "card", "aria-labelledby": "deliveries-title" },
       h("h2", { id: "deliveries-title" }, "Deliveries (newest first)"),
       h("table", { id: "webhook-deliveries" },
-        h("thead", {}, h("tr", {}, ["Delivery", "Type", "Job", "Status", "Tries", "Last answer",
-          "Next try", "Age", ""].map((c) => h("th", { scope: "col" }, c)))), deliveriesBody),
+        thead(["Delivery", "Type", "Job", "Status", "Tries", "Last answer",
+          "Next try", "Age", ""]), deliveriesBody),
       note));
   const ctrl = new AbortController();
 

@@ -1,0 +1,65 @@
+"""One day's replay with ETAs (fair policy, 4 x 8 GPUs, as ``bench/eta_calibration.py``):
+its CPU and wall seconds, and a digest of what it decided and estimated, to check that a
+change made the replay cheaper without changing any decision or ETA.
+
+Printed: ``jobs`` (sha1 of every job's runs, preemptions and first estimates), ``summary``
+(sha1 of the summary less its decision times) and ``etas`` (sha1 of every
+``estimate_ranges`` output of the run, in order: every estimate, not only the first).
+Compare two trees by running each (``--root``: a checkout, e.g. ``git archive <commit>
+service shunter bench | tar -x -C /tmp/old``):
+
+    .venv/bin/python bench/replay_digest.py [--trace busy:0] [--hours 24] [--root DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="busy:0", help="kind:seed (eta_calibration's kinds)")
+    ap.add_argument("--hours", type=float, default=24.0)
+    ap.add_argument("--root", default=str(Path(__file__).resolve().parents[1]))
+    args = ap.parse_args()
+    sys.path.insert(0, args.root)
+    sys.path.insert(0, str(Path(args.root) / "bench"))
+    from eta_calibration import NODES, _trace
+
+    import service.sim.engine as engine
+
+    etas = hashlib.sha1()
+    estimate = engine.estimate_ranges  # type: ignore[attr-defined]
+
+    def digested(*a, **k):  # type: ignore[no-untyped-def]
+        out = estimate(*a, **k)
+        for i in sorted(out):
+            etas.update(f"{i}|{out[i]}".encode())
+        return out
+
+    engine.estimate_ranges = digested  # type: ignore[attr-defined]
+    kind, _, seed = args.trace.partition(":")
+    weights, lines = _trace(kind, int(seed or 0), args.hours)
+    teams = {t: engine.SimTeam(weight=w) for t, w in weights.items()}
+    jobs = [engine.SimJob(**line) for line in lines]
+    c0, t0 = time.process_time(), time.perf_counter()
+    r = engine.simulate(nodes=NODES, teams=teams, jobs=jobs, cfg=engine.SimConfig())
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    summary = {k: v for k, v in r["summary"].items() if k != "decision_s"}
+
+    def sha(x: object) -> str:
+        return hashlib.sha1(json.dumps(x, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+    print(
+        f"{args.trace} {args.hours:g} h: cpu {cpu:.1f} s, wall {wall:.1f} s; jobs {sha(r['jobs'])} "
+        f"summary {sha(summary)} etas {etas.hexdigest()[:12]}; eta {r['summary']['eta']}"
+    )
+
+
+if __name__ == "__main__":
+    main()
