@@ -10,9 +10,16 @@ torch, which this process otherwise never needs). The registration is queued in 
 ``worker.outbox.PostOutbox`` (on disk, bounded, in order) and sent from its thread, so an API
 that is away (its database restarting, this node cut off from it) neither loses it nor
 stalls training: it lands when the API answers (the service keeps one row per step, so a
-repeat is harmless). When training ends (``after_controller_finish``) the outbox is flushed
-(bounded) before ``fit()`` returns, so the driver's final status never overtakes it. Nothing
-is raised from here: a callback exception would fail the training run.
+repeat is harmless). Nothing is raised from here: a callback exception would fail the
+training run.
+
+``OutboxFlush`` waits, when training ends (``after_controller_finish``), until the attempt's
+outbox has delivered everything (bounded), before ``fit()`` returns: the driver's final
+status must never overtake a registration, which the API would then refuse (409: the
+attempt is over) and lose. It is its own controller callback because Ray Train hands a
+``UserCallback`` (``ApiCallback``) only the report and exception hooks, never the
+controller's: a flush in ``ApiCallback.after_controller_finish`` never ran, and a job whose
+API came back near its end finished with its last checkpoints unregistered.
 
 ``RestartWatch`` turns Ray Train's own restarts of the worker group (``FailureConfig``: a worker
 died, e.g. SIGKILL or a lost node) into API events: the lost worker's rank and node, the cause,
@@ -45,7 +52,7 @@ import storage
 from worker.internal_api import InternalApi, restart_body
 from worker.outbox import PostOutbox
 
-__all__ = ["ApiCallback", "RestartWatch", "dir_bytes", "verify_stored"]
+__all__ = ["ApiCallback", "OutboxFlush", "RestartWatch", "dir_bytes", "verify_stored"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +85,7 @@ def attempt_outbox(args: dict[str, Any], path: Path) -> PostOutbox:
         return box
 
 
-class ApiCallback(UserCallback, ControllerCallback):
+class ApiCallback(UserCallback):
     def __init__(self, *, api_url: str, token: str, job_id: str, attempt: int) -> None:
         self._args = {"api_url": api_url, "token": token, "job_id": job_id, "attempt": attempt}
         self._path = outbox_path(job_id, attempt)
@@ -92,15 +99,6 @@ class ApiCallback(UserCallback, ControllerCallback):
         if self._outbox is None:
             self._outbox = attempt_outbox(self._args, self._path)
         return self._outbox
-
-    def after_controller_finish(self, result: Any) -> None:
-        if self._outbox is not None and not self._outbox.flush(FINISH_FLUSH_S):
-            log.warning(
-                "%d checkpoint registrations not delivered in %.0f s (kept in %s)",
-                self._outbox.pending(),
-                FINISH_FLUSH_S,
-                self._path,
-            )
 
     def after_report(
         self,
@@ -131,6 +129,25 @@ class ApiCallback(UserCallback, ControllerCallback):
         }
         if not self._queue().put("checkpoints", body):
             log.warning("checkpoint %s not registered: the outbox is full", uri)
+
+
+class OutboxFlush(ControllerCallback):
+    """At the end of training, the attempt's queued posts (checkpoints, restarts) land first."""
+
+    def __init__(self, *, job_id: str, attempt: int, timeout_s: float = FINISH_FLUSH_S) -> None:
+        self._path = outbox_path(job_id, attempt)
+        self._timeout_s = timeout_s
+
+    def after_controller_finish(self, result: Any) -> None:
+        with _OUTBOXES_LOCK:
+            box = _OUTBOXES.get(self._path)  # none: nothing was ever queued in this process
+        if box is not None and not box.flush(self._timeout_s):
+            log.warning(
+                "%d checkpoint registrations not delivered in %.0f s (kept in %s)",
+                box.pending(),
+                self._timeout_s,
+                self._path,
+            )
 
 
 def verify_stored(uri: str) -> str | None:

@@ -178,7 +178,7 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
         ScalingConfig,
     )
 
-    from worker.checkpoint_callback import ApiCallback, RestartWatch
+    from worker.checkpoint_callback import ApiCallback, OutboxFlush, RestartWatch
     from worker.ray_trainer import ShunterTrainer, TorchEnvConfig
     from worker.staging import stage_dir
     from worker.train_fn import train_loop_per_worker
@@ -195,6 +195,7 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
     identity = attempt_identity(env)
     callback = ApiCallback(**identity)
     restarts = RestartWatch(**identity, resume_from=resume_from)  # restarts become events
+    flush = OutboxFlush(job_id=identity["job_id"], attempt=identity["attempt"])
     loop_config: dict[str, Any] = {
         "spec": spec.model_dump(mode="json"),
         "output_dir": str(output_dir),
@@ -246,7 +247,9 @@ def build_trainer(payload: dict[str, Any], env: dict[str, str]) -> Any:
             # removed, and its delete raises FileNotFoundError, failing the run (seen with
             # save_total_limit 3 and a restarted worker group).
             checkpoint_config=CheckpointConfig(num_to_keep=None),
-            callbacks=[callback, restarts],  # type: ignore[list-item]
+            # The flush last: when training ends, the queued registrations land before the
+            # driver's final status (which fences the attempt).
+            callbacks=[callback, restarts, flush],  # type: ignore[list-item]
         ),
         # No resume_from_checkpoint (deprecated in Ray Train v2, it raises): the reporter hands
         # trainer_core ``resume_from`` when Ray has no checkpoint of its own for this run.
