@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -83,19 +84,10 @@ def build_engine(
         )
     unwrapped = model
     model.to(device)
-    autocast = _autocast_dtype(cfg)
 
     if not grouped or (world == 1 and cfg.strategy == "ddp"):
         check_world(cfg, world)
-        return TorchEngine(
-            model=model,
-            unwrapped=unwrapped,
-            optimizer=make_optimizer(model),
-            device=device,
-            autocast_dtype=autocast,
-            scaler=_scaler(cfg, sharded=False),
-            distributed=grouped,
-        )
+        return _torch_engine(model, unwrapped, cfg, make_optimizer, device, distributed=grouped)
 
     if cfg.strategy == "ddp":
         # gradient_as_bucket_view: grads are views into DDP's all-reduce buckets rather than a
@@ -105,16 +97,15 @@ def build_engine(
             device_ids=[device.index] if device.type == "cuda" else None,
             gradient_as_bucket_view=True,
         )
-        return TorchEngine(
-            model=ddp,
-            unwrapped=unwrapped,
-            optimizer=make_optimizer(ddp),
-            device=device,
+        return _torch_engine(
+            ddp,
+            unwrapped,
+            cfg,
+            make_optimizer,
+            device,
             dp_rank=rank,
             dp_size=world,
             no_sync_factory=ddp.no_sync,
-            autocast_dtype=autocast,
-            scaler=_scaler(cfg, sharded=False),
             distributed=True,
         )
 
@@ -131,18 +122,18 @@ def build_engine(
     if fsdp_mesh is not None:
         apply_fsdp(model, fsdp_mesh, cfg)
     fsdp = fsdp_mesh is not None
-    return TorchEngine(
-        model=model,
-        unwrapped=unwrapped,
-        optimizer=make_optimizer(model),
-        device=device,
+    return _torch_engine(
+        model,
+        unwrapped,
+        cfg,
+        make_optimizer,
+        device,
+        fsdp=fsdp,
+        sharded_grads=True,
         dp_rank=dp_rank,
         dp_size=dp_size,
         dp_group=dp_group,
         no_sync_factory=(lambda: _fsdp_no_sync(model)) if fsdp else contextlib.nullcontext,
-        # mixed_precision "params": FSDP's MixedPrecisionPolicy casts the parameters instead.
-        autocast_dtype=None if fsdp and cfg.fsdp_mixed_precision == "params" else autocast,
-        scaler=_scaler(cfg, sharded=True),
         distributed=True,
     )
 
@@ -195,20 +186,48 @@ def _build_context_parallel(
         apply_fsdp(model, meshes.dp_cp, cfg)
         wrapped = model
         no_sync = lambda: _fsdp_no_sync(model)  # noqa: E731
-    fsdp_params = sharded and cfg.fsdp_mixed_precision == "params"
+    return _torch_engine(
+        wrapped,
+        unwrapped,
+        cfg,
+        make_optimizer,
+        device,
+        fsdp=sharded,
+        sharded_grads=sharded,
+        dp_rank=meshes.dp.get_local_rank(),
+        dp_size=meshes.dp.size(),
+        dp_group=meshes.dp_cp.get_group(),
+        no_sync_factory=no_sync,
+        distributed=True,
+        cp_mesh=meshes.cp,
+    )
+
+
+def _torch_engine(
+    wrapped: nn.Module,
+    unwrapped: nn.Module,
+    cfg: ParallelConfig,
+    make_optimizer: Callable[[nn.Module], torch.optim.Optimizer],
+    device: torch.device,
+    *,
+    fsdp: bool = False,
+    sharded_grads: bool = False,
+    **layout: Any,
+) -> TorchEngine:
+    """The engine over a wrapped model: the optimizer made once, over the wrapped parameters;
+    autocast by the precision, unless FSDP's mixed precision ``"params"`` (its
+    MixedPrecisionPolicy) casts the parameters instead; fp16's grad scaler, the sharded one
+    where gradients are sharded. ``layout``: the data-parallel fields (rank, size, group,
+    no_sync, cp_mesh, distributed)."""
+    params_cast = fsdp and cfg.fsdp_mixed_precision == "params"
     return TorchEngine(
         model=wrapped,
         unwrapped=unwrapped,
         optimizer=make_optimizer(wrapped),
         device=device,
-        dp_rank=meshes.dp.get_local_rank(),
-        dp_size=meshes.dp.size(),
-        dp_group=meshes.dp_cp.get_group(),
-        no_sync_factory=no_sync,
-        autocast_dtype=None if fsdp_params else _autocast_dtype(cfg),
-        scaler=_scaler(cfg, sharded=sharded),
-        distributed=True,
-        cp_mesh=meshes.cp,
+        autocast_dtype=None if params_cast else _autocast_dtype(cfg),
+        scaler=_scaler(cfg, sharded=sharded_grads),
+        **layout,
     )
 
 
