@@ -11,7 +11,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from service.policy.fairshare import HORIZON_S, dominant_share
+from service.policy.fairshare import HORIZON_S, GpuTypes, dominant_share
 from service.policy.snapshot import QueueEntry, Snapshot
 from shunter.jobspec.vocab import priority_rank
 
@@ -39,6 +39,9 @@ class Arrivals:
         self.per_team: dict[str, tuple[list[QueueEntry], float, int]] = {}  # jobs, gap, k
         self.ranks: dict[str, tuple[int, ...]] = {}  # team -> the classes it submits
         self.cum: dict[str, list[float]] = {}  # team -> [cpus, gpus] charged so far
+        # A mixed cluster's types: then GPUs charged per type too (team -> type -> GPUs).
+        self.types = GpuTypes.of(snap.totals, snap.type_weights)
+        self.cum_typed: dict[str, dict[str, float]] = {}
         self.keys: list[tuple[int, float]] = []  # the queue's (class, fair key), in order
         self.seq = itertools.count()
         self.last = math.inf  # arrivals placed after this position are left out
@@ -60,10 +63,14 @@ class Arrivals:
         since = snap.now - timedelta(seconds=window_s)
         recent: dict[str, list[QueueEntry]] = {}
         queued: dict[str, list[float]] = {}
+        types = GpuTypes.of(snap.totals, snap.type_weights)
+        typed: dict[str, dict[str, float]] = {}  # team -> type -> GPUs held and queued
         for e in snap.queued:
             q = queued.setdefault(e.team, [0.0, 0.0])
             q[0] += e.cpus
             q[1] += e.gpus
+            if types is not None:
+                types.charge(typed.setdefault(e.team, {}), e.gpus, None, e.accelerators)
             if since <= e.created_at <= snap.now:
                 recent.setdefault(e.team, []).append(e)
         for a in snap.active:
@@ -76,6 +83,12 @@ class Arrivals:
             wanted = set(want)
             self.last = max((i for i, e in enumerate(queue) if e.job_id in wanted), default=-1)
         held: dict[str, list[float]] = {}
+        ahead_t: dict[str, dict[str, float]] = {}  # team -> type -> GPUs held and ahead
+        if types is not None:
+            for a in snap.active:
+                for into in (typed, ahead_t):
+                    t = into.setdefault(a.entry.team, {})
+                    types.charge(t, a.entry.gpus, a.accelerator, a.entry.accelerators)
         if snap.held is not None:
             held = {t: [c, g] for t, (_, c, g) in snap.held.items()}
         else:
@@ -91,16 +104,19 @@ class Arrivals:
         for e in queue if math.isinf(self.last) else queue[: int(self.last) + 1]:
             r = priority_rank(e.priority)
             u = ahead.setdefault(e.team, [0.0, 0.0])
-            k = max(self._key(e.team, u), last.get(r, -math.inf))
+            k = max(self._key(e.team, u, ahead_t.get(e.team)), last.get(r, -math.inf))
             last[r] = k
             self.keys.append((r, k))
             u[0] += e.cpus
             u[1] += e.gpus
+            if types is not None:
+                types.charge(ahead_t.setdefault(e.team, {}), e.gpus, None, e.accelerators)
         for team, seen in recent.items():
             seen.sort(key=lambda e: (e.created_at, e.job_id))
             self.ids.update(f"~{team}~{k}" for k in range(len(seen)))
             h, q = held.get(team, [0.0, 0.0]), queued.get(team, [0.0, 0.0])
             self.cum[team] = [h[0] + q[0], h[1] + q[1]]
+            self.cum_typed[team] = typed.get(team, {})
             self.per_team[team] = (seen, window_s / len(seen), 0)
             self.ranks[team] = tuple(sorted({priority_rank(e.priority) for e in seen}))
             self._push(team)
@@ -129,14 +145,18 @@ class Arrivals:
         job asked for."""
         if math.isinf(self.last):
             return False
-        key = self._key(team, self.cum[team])
+        key = self._key(team, self.cum[team], self.cum_typed.get(team))
         return all(bisect.bisect_right(self.keys, (r, key)) > self.last for r in self.ranks[team])
 
-    def _key(self, team: str, used: Sequence[float]) -> float:
+    def _key(
+        self, team: str, used: Sequence[float], by_type: dict[str, float] | None = None
+    ) -> float:
         t = self.snap.teams.get(team)
         owed, weight = (t.owed_s, t.weight) if t is not None else (0.0, 1.0)
         cpus, gpus = self.total
-        share = dominant_share(used[0], used[1], total_cpus=cpus, total_gpus=gpus)
+        share = dominant_share(
+            used[0], used[1], total_cpus=cpus, total_gpus=gpus, by_type=by_type, types=self.types
+        )
         return (share * HORIZON_S - owed) / weight
 
     def _copy(self, team: str, jobs: Sequence[QueueEntry], k: int) -> QueueEntry:
@@ -159,9 +179,12 @@ class Arrivals:
             jobs, gap, k = self.per_team[team]
             src = jobs[k % len(jobs)]
             u = self.cum[team]
-            key = (priority_rank(src.priority), self._key(team, u))
+            key = (priority_rank(src.priority), self._key(team, u, self.cum_typed.get(team)))
             u[0] += src.cpus
             u[1] += src.gpus
+            if self.types is not None:
+                into = self.cum_typed.setdefault(team, {})
+                self.types.charge(into, src.gpus, None, src.accelerators)
             i = bisect.bisect_right(self.keys, key)
             if i <= self.last:  # the copy only of an arrival kept
                 out.append((i - 0.5 + seq * 1e-9, self._copy(team, jobs, k % len(jobs))))

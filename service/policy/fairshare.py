@@ -15,16 +15,26 @@ weighted share even when its jobs are larger than that share (it runs a large jo
 until the others have caught up), which a key over decayed usage alone only partly pays back.
 Decayed usage (``decayed_average``, Slurm's) breaks ties: between two teams owed the same, the
 one that ran less lately goes first. Pure functions.
+
+On a mixed cluster (``GpuTypes``: GPUs of two or more accelerator types) each type is a
+resource of its own: a team's share of a type is the GPUs of it it holds / the type's GPUs,
+scaled by the type's weight / the largest weight (``SHUNTER_ACCELERATOR_TYPES``: an H100 of
+weight 2 counts twice an L4 of weight 1), and its dominant share is the largest of those and
+its CPU share. ``dominant_share`` is the one function that computes it: the plan's order and
+preemption, the owed account, the usage history, the ETA arrivals and the simulator all call
+it. A cluster of one type (or untyped) has no ``GpuTypes`` and the share is as it always was.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 __all__ = [
     "HORIZON_S",
+    "GpuTypes",
     "RunInterval",
     "advance_owed",
     "decay_step",
@@ -32,6 +42,7 @@ __all__ = [
     "dominant_share",
     "entitlements",
     "fair_key",
+    "job_share",
     "max_min_fair",
 ]
 
@@ -50,12 +61,76 @@ class RunInterval:
     end_s: float | None
     cpus: float
     gpus: float
+    accelerator: str | None = None  # the type it ran on (None: not known)
+
+
+class _Node(Protocol):
+    @property
+    def gpus(self) -> float: ...
+    @property
+    def accelerator(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class GpuTypes:
+    """A mixed cluster's GPUs per accelerator type ("" = untyped nodes; two or more types)
+    and each type's scale in a share: its weight / the largest weight among them."""
+
+    capacity: Mapping[str, float]
+    scale: Mapping[str, float]
+    total: float
+
+    @staticmethod
+    def of(nodes: Iterable[_Node], weights: Mapping[str, float] | None = None) -> GpuTypes | None:
+        """None unless the nodes' GPUs are of two or more types (then per-type shares are
+        the pooled share: the order is as it always was)."""
+        cap: dict[str, float] = {}
+        for n in nodes:
+            if n.gpus > 0:
+                cap[n.accelerator] = cap.get(n.accelerator, 0.0) + n.gpus
+        if len(cap) < 2:
+            return None
+        w = {t: (weights or {}).get(t, 1.0) for t in sorted(cap)}
+        top = max(w.values())
+        return GpuTypes(
+            capacity={t: cap[t] for t in w},
+            scale={t: x / top for t, x in w.items()},
+            total=math.fsum(cap.values()),
+        )
+
+    def charge(
+        self,
+        into: MutableMapping[str, float],
+        gpus: float,
+        accelerator: str | None,
+        accepts: Sequence[str] = (),
+        sign: float = 1.0,
+    ) -> None:
+        """Add ``sign`` x a job's GPUs to ``into`` per type: all on ``accelerator`` (the type
+        it runs on) when the cluster has it; else (queued, or its type unknown) spread over
+        the types it ``accepts`` (() = every type) in proportion to their GPUs, which adds the
+        same to each one's share (a job that may land on any type is charged as pooled)."""
+        if gpus <= 0:
+            return
+        if accelerator is not None and accelerator in self.capacity:
+            into[accelerator] = into.get(accelerator, 0.0) + sign * gpus
+            return
+        on = [t for t in accepts if t in self.capacity] or list(self.capacity)
+        cap = math.fsum(self.capacity[t] for t in on)
+        for t in on:
+            into[t] = into.get(t, 0.0) + sign * gpus * self.capacity[t] / cap
 
 
 def decayed_average(
-    intervals: Iterable[RunInterval], *, now_s: float, half_life_s: float
+    intervals: Iterable[RunInterval],
+    *,
+    now_s: float,
+    half_life_s: float,
+    by_type: MutableMapping[str, float] | None = None,
 ) -> tuple[float, float]:
-    """(CPUs, GPUs) held on exponentially weighted average up to ``now_s``.
+    """(CPUs, GPUs) held on exponentially weighted average up to ``now_s``; with
+    ``by_type``, the GPUs' average per type (of the intervals whose type is known) is added
+    to it.
 
     Weight e^(-lambda * age), lambda = ln 2 / half_life, normalised so a constant holding
     of x averages x over an infinite past: lambda * integral of x * e^(-lambda * (now - t)) dt.
@@ -69,17 +144,59 @@ def decayed_average(
         weight = math.exp(-lam * (now_s - end)) - math.exp(-lam * (now_s - iv.start_s))
         cpus += iv.cpus * weight
         gpus += iv.gpus * weight
+        if by_type is not None and iv.accelerator is not None:
+            by_type[iv.accelerator] = by_type.get(iv.accelerator, 0.0) + iv.gpus * weight
     return cpus, gpus
 
 
-def dominant_share(cpus: float, gpus: float, *, total_cpus: float, total_gpus: float) -> float:
-    """max over resources of held / cluster total; resources the cluster lacks are ignored."""
+def dominant_share(
+    cpus: float,
+    gpus: float,
+    *,
+    total_cpus: float,
+    total_gpus: float,
+    by_type: Mapping[str, float] | None = None,
+    types: GpuTypes | None = None,
+) -> float:
+    """max over resources of held / cluster total; resources the cluster lacks are ignored.
+
+    With ``types`` (a mixed cluster) each GPU type is a resource: ``by_type`` (GPUs held per
+    type) / the type's GPUs x its scale; the GPUs of ``gpus`` that ``by_type`` does not place
+    on a type the cluster has count on every type alike (``gpus`` - those / all GPUs)."""
     shares = [0.0]
-    if total_gpus > 0:
+    if types is not None:
+        held = by_type or {}
+        placed = 0.0
+        for t in types.capacity:
+            placed += held.get(t, 0.0)
+        rest = max(gpus - placed, 0.0) / types.total
+        for t, cap in types.capacity.items():
+            shares.append(types.scale[t] * (held.get(t, 0.0) / cap + rest))
+    elif total_gpus > 0:
         shares.append(gpus / total_gpus)
     if total_cpus > 0:
         shares.append(cpus / total_cpus)
     return max(shares)
+
+
+def job_share(
+    cpus: float,
+    gpus: float,
+    *,
+    total_cpus: float,
+    total_gpus: float,
+    types: GpuTypes | None = None,
+    accelerator: str | None = None,
+    accepts: Sequence[str] = (),
+) -> float:
+    """``dominant_share`` of one job's resources: its GPUs on ``accelerator`` (running), or
+    spread over the types it ``accepts`` (queued: ``GpuTypes.charge``)."""
+    by: dict[str, float] = {}
+    if types is not None:
+        types.charge(by, gpus, accelerator, accepts)
+    return dominant_share(
+        cpus, gpus, total_cpus=total_cpus, total_gpus=total_gpus, by_type=by, types=types
+    )
 
 
 def fair_key(*, share: float, owed_s: float, history: float, weight: float) -> tuple[float, float]:

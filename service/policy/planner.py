@@ -38,7 +38,14 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from service.policy.capacity import NodeFree, never_fits_reason, place_gang, take
-from service.policy.fairshare import HORIZON_S, dominant_share, entitlements, fair_key
+from service.policy.fairshare import (
+    HORIZON_S,
+    GpuTypes,
+    dominant_share,
+    entitlements,
+    fair_key,
+    job_share,
+)
 from service.policy.order import PolicyOrder, in_policy_order
 from service.policy.plan_steps import AsNodes as _AsNodes
 from service.policy.plan_steps import borrows as _borrows
@@ -153,10 +160,13 @@ class _Pass:
         self.typed_quotas = any(
             t.quota is not None and t.quota.max_gpus_by_type for t in snap.teams.values()
         )
-        self.usage = _held(snap, by_type=self.typed_quotas)  # what each team holds (quotas)
+        # A mixed cluster's GPUs per type: fair shares are kept per type (None: pooled).
+        self.types = GpuTypes.of(snap.totals, snap.type_weights)
+        types = self.types
+        self.usage = _held(snap, by_type=self.typed_quotas, types=types)  # what each holds
         # The order charges each team for its jobs already considered (placed or waiting
         # for resources), so positions interleave teams as their starts will.
-        self.ordered = _held(snap)
+        self.ordered = _held(snap, types=types)
         self.free = list(snap.free)
         self._holders: list[Holder] | None = None  # built when a reservation needs them
         self.started: list[Holder] = []
@@ -205,35 +215,38 @@ class _Pass:
     def share(self, team: str, of: Mapping[str, _Tally]) -> float:
         u = of.get(team) or _Tally()
         return dominant_share(
-            u.cpus, u.gpus, total_cpus=self.total_cpus, total_gpus=self.total_gpus
+            u.cpus,
+            u.gpus,
+            total_cpus=self.total_cpus,
+            total_gpus=self.total_gpus,
+            by_type=u.fair,
+            types=self.types,
         )
 
     def team_key(self, team: str) -> tuple[float, float]:
-        """``fair_key`` of the team's share as ordered so far; the same floats, computed
-        inline (the order reads it once per job)."""
+        """``fair_key`` of the team's share as ordered so far (the order reads it once per
+        job: the constants are kept per team)."""
         c = self.team_consts.get(team)
         if c is None:
             t = self.teams.get(team, TeamState())
             c = self.team_consts[team] = (t.owed_s, t.weight, t.history_share / t.weight)
-        u = self.ordered.get(team)
-        s = 0.0
-        if u is not None:
-            tg, tc = self.total_gpus, self.total_cpus
-            if tg > 0 and u.gpus / tg > s:
-                s = u.gpus / tg
-            if tc > 0 and u.cpus / tc > s:
-                s = u.cpus / tc
+        s = self.share(team, self.ordered) if team in self.ordered else 0.0
         return ((s * HORIZON_S - c[0]) / c[1], c[2])
 
     def key_without(self, a: ActiveJob) -> tuple[float, float]:
         """The fair key of ``a``'s team were ``a`` stopped and queued again."""
         u = self.ordered.get(a.entry.team) or _Tally()
         t = self.teams.get(a.entry.team, TeamState())
+        fair = dict(u.fair or {})
+        if self.types is not None:
+            self.types.charge(fair, a.entry.gpus, a.accelerator, a.entry.accelerators, -1.0)
         s = dominant_share(
             u.cpus - a.entry.cpus,
             u.gpus - a.entry.gpus,
             total_cpus=self.total_cpus,
             total_gpus=self.total_gpus,
+            by_type=fair,
+            types=self.types,
         )
         return fair_key(share=s, owed_s=t.owed_s, history=t.history_share, weight=t.weight)
 
@@ -246,8 +259,8 @@ class _Pass:
             return set()
         out: set[str] = set()
         theirs_fair = self.team_key(gang.team) if self.cfg.fair_share else (0.0, 0.0)
-        # ``key_without`` per (team, size): the same floats for every running job alike.
-        without: dict[tuple[str, float, float], tuple[float, float]] = {}
+        # ``key_without`` per (team, size, type): the same floats for every such job alike.
+        without: dict[tuple[str, float, float, str], tuple[float, float]] = {}
         for a in self.snap.active:
             v = a.entry
             if (
@@ -262,7 +275,7 @@ class _Pass:
             if same:
                 mine = theirs = (0.0, 0.0)
             else:
-                size = (v.team, v.cpus, v.gpus)
+                size = (v.team, v.cpus, v.gpus, a.accelerator)
                 if size not in without:
                     without[size] = self.key_without(a)
                 mine, theirs = without[size], theirs_fair
@@ -341,7 +354,8 @@ class _Pass:
             else:
                 wait = Wait(kind=WaitKind.RESOURCES, entry=entry)
         if placement is not None or (wait is not None and wait.for_resources):
-            _add(self.ordered, entry)
+            on = self.node_types.get(placement[0], "") if placement else None
+            _add(self.ordered, entry, on, self.types)
         if placement is not None:
             self.free = take(self.free, placement, entry)
             self.fits.clear()
@@ -352,7 +366,8 @@ class _Pass:
             if self.at_start is not None:
                 self.at_start.add(entry, end)
             self.typed.add(entry, end)
-            _add(self.usage, entry, self.node_types.get(placement[0], "") if placement else "")
+            on = self.node_types.get(placement[0], "") if placement else ""
+            _add(self.usage, entry, on, self.types)
         return QueueDecision(
             entry=entry,
             position=pos,
@@ -529,6 +544,9 @@ class _Pass:
                     u.running_jobs += 1
                     u.cpus += entry.num_workers * entry.cpus_per_worker
                     u.gpus += entry.num_workers * entry.gpus_per_worker
+                    if self.types is not None:
+                        u.fair = u.fair or {}
+                        self.types.charge(u.fair, entry.gpus, None, entry.accelerators)
                     key = None
             i += 1
             if i < len(rows):
@@ -544,7 +562,7 @@ class _Pass:
         team = self.teams.get(entry.team, TeamState())
         usage = self.usage.get(entry.team) or _Tally()
         if _quota_reason(entry, usage, team.quota) is None:
-            _add(self.ordered, entry)
+            _add(self.ordered, entry, None, self.types)
         out.append(entry)
 
     def preempt(
@@ -565,9 +583,15 @@ class _Pass:
                 shares=shares,
                 fair=fair,
                 rules=rules,
-                job_share=dominant_share(
-                    job.cpus, job.gpus, total_cpus=self.total_cpus, total_gpus=self.total_gpus
+                job_share=job_share(
+                    job.cpus,
+                    job.gpus,
+                    total_cpus=self.total_cpus,
+                    total_gpus=self.total_gpus,
+                    types=self.types,
+                    accepts=job.accelerators,
                 ),
+                types=self.types,
             )
             if victims:
                 return victims

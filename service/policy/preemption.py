@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from service.policy.capacity import NodeFree, pack, place_gang
-from service.policy.fairshare import dominant_share
+from service.policy.fairshare import GpuTypes
+from service.policy.fairshare import job_share as _one_share
 from service.policy.snapshot import ActiveJob, QueueEntry
 from shunter.jobspec.vocab import priority_rank
 
@@ -112,8 +113,10 @@ def choose_victims(
     fair: Mapping[str, float],
     rules: PreemptRules,
     job_share: float = 0.0,
+    types: GpuTypes | None = None,
 ) -> list[Preemption]:
-    """The fewest victims, in the order above, that let ``job`` start; [] if none do."""
+    """The fewest victims, in the order above, that let ``job`` start; [] if none do
+    (``types``: a mixed cluster's, for the victims' shares per type)."""
     running = [a for a in active if not a.preempting]
     causes = {
         a.entry.job_id: c
@@ -150,7 +153,15 @@ def choose_victims(
             # team's share (weight-normalised) after the stop, so a job much larger than J
             # (a gang that drained the cluster) is not stopped to run a small one, and the
             # two teams cannot trade places.
-            v_share = dominant_share(v.cpus, v.gpus, total_cpus=cpus, total_gpus=gpus)
+            v_share = _one_share(
+                v.cpus,
+                v.gpus,
+                total_cpus=cpus,
+                total_gpus=gpus,
+                types=types,
+                accelerator=a.accelerator,
+                accepts=v.accelerators,
+            )
             left = shares.get(v.team, 0.0) - taken.get(v.team, 0.0) - v_share
             if left / max(fair.get(v.team, 0.0), 1e-9) < j_after - 1e-9:
                 continue

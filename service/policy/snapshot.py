@@ -96,3 +96,6 @@ class Snapshot:
     # Never-fits reasons by gang shape for these ``totals``, kept by a caller whose totals do
     # not change (the simulator); ``policy.planner`` fills it. None: one per plan.
     never_fits: dict[tuple[int, float, float, tuple[str, ...]], str | None] | None = None
+    # Per accelerator type the weight its GPUs count with in fair shares (the admin's
+    # ``SHUNTER_ACCELERATOR_TYPES``; a type left out counts 1): ``fairshare.GpuTypes``.
+    type_weights: Mapping[str, float] | None = None

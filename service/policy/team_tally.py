@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from service.policy.fairshare import GpuTypes
 from service.policy.snapshot import QueueEntry, Snapshot, TeamQuota, TeamUsage
 
 __all__ = ["Tally", "add", "held", "quota_reason", "type_quota"]
@@ -15,11 +16,13 @@ __all__ = ["Tally", "add", "held", "quota_reason", "type_quota"]
 class Tally:
     """What a team holds, as ``TeamUsage`` reads, counted in place (one pass adds often)."""
 
-    __slots__ = ("by_type", "cpus", "gpus", "running_jobs")
+    __slots__ = ("by_type", "cpus", "fair", "gpus", "running_jobs")
 
     def __init__(self) -> None:
         self.running_jobs, self.cpus, self.gpus = 0, 0.0, 0.0
         self.by_type: dict[str, float] | None = None  # GPUs per accelerator type, when known
+        # On a mixed cluster, GPUs per type as fair shares count them (``GpuTypes.charge``).
+        self.fair: dict[str, float] | None = None
 
 
 def quota_reason(
@@ -36,13 +39,16 @@ def quota_reason(
     return None
 
 
-def held(snap: Snapshot, *, by_type: bool = False) -> dict[str, Tally]:
+def held(
+    snap: Snapshot, *, by_type: bool = False, types: GpuTypes | None = None
+) -> dict[str, Tally]:
     """Per team what its running jobs hold: the snapshot's tallies when it keeps them
-    (``by_type``: GPUs per accelerator type too, which only the running jobs say)."""
+    (``by_type``: GPUs per accelerator type too, which only the running jobs say; ``types``:
+    a mixed cluster's, for the fair shares per type)."""
     usage: dict[str, Tally] = {}
-    if by_type:
+    if by_type or types is not None:
         for a in snap.active:
-            add(usage, a.entry, a.accelerator)
+            add(usage, a.entry, a.accelerator, types)
         return usage
     if snap.held is not None:
         for team, (jobs, cpus, gpus) in snap.held.items():
@@ -55,7 +61,13 @@ def held(snap: Snapshot, *, by_type: bool = False) -> dict[str, Tally]:
     return usage
 
 
-def add(usage: dict[str, Tally], e: QueueEntry, accelerator: str = "") -> None:
+def add(
+    usage: dict[str, Tally],
+    e: QueueEntry,
+    accelerator: str | None = "",
+    types: GpuTypes | None = None,
+) -> None:
+    """Count ``e`` to its team, on ``accelerator`` (None: not placed yet)."""
     u = usage.get(e.team)
     if u is None:
         u = usage[e.team] = Tally()
@@ -66,6 +78,10 @@ def add(usage: dict[str, Tally], e: QueueEntry, accelerator: str = "") -> None:
         if u.by_type is None:
             u.by_type = {}
         u.by_type[accelerator] = u.by_type.get(accelerator, 0.0) + e.gpus
+    if types is not None:
+        if u.fair is None:
+            u.fair = {}
+        types.charge(u.fair, e.gpus, accelerator, e.accelerators)
 
 
 def type_quota(

@@ -79,6 +79,7 @@ from service.launch import (
     LaunchState,
 )
 from service.policy import capacity
+from service.policy.accelerators import gpu_weights
 from service.policy.elastic import RESIZE_START, Resize
 from service.policy.elastic import decide as decide_resizes
 from service.policy.eta import EtaModel, RuntimeHistory, WaitHistory, estimate_ranges
@@ -433,10 +434,10 @@ class Scheduler:
         t0 = time.perf_counter()
         cordoned = self.db.read(lambda s: cordoned_nodes(s, now=utcnow_py()))
         cluster = without_cordoned(cluster, cordoned)  # straggler cordons, until they expire
-        rows, usage = self._rows, self._usage
+        rows, usage, tw = self._rows, self._usage, gpu_weights(self.settings)
         snap = self.db.read(
             lambda s: build_snapshot(
-                s, cluster=cluster, half_life_s=half_life, rows=rows, usage=usage
+                s, cluster=cluster, half_life_s=half_life, rows=rows, usage=usage, type_weights=tw
             )
         )
         changed = rows.take_changed()

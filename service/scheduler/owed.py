@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from service.db.tables import Team
 from service.policy.capacity import place_gang
-from service.policy.fairshare import advance_owed, dominant_share
+from service.policy.fairshare import GpuTypes, advance_owed, dominant_share
 from service.policy.queue_index import Shape, shape_of
 from service.policy.snapshot import Snapshot
 
@@ -43,18 +43,24 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]
     held + queued jobs that fit the cluster (a job larger than the cluster is no demand on
     it, and does not make its team wait). The queued jobs are read per team and shape
     (``snap.index`` when the caller keeps one: no pass over the queue), and each sum is
-    exact (``math.fsum``), so it does not depend on the order the jobs are added in."""
+    exact (``math.fsum``), so it does not depend on the order the jobs are added in. On a
+    mixed cluster the GPUs are kept per type too (``GpuTypes.charge``: a running job's on
+    its type, a queued one's spread over the types it accepts)."""
     cpus = sum(n.cpus for n in snap.totals)
     gpus = sum(n.gpus for n in snap.totals)
+    types = GpuTypes.of(snap.totals, snap.type_weights)
     held: dict[str, tuple[list[float], list[float]]] = {}
     demand: dict[str, tuple[list[float], list[float]]] = {}
+    typed: dict[str, dict[str, dict[str, float]]] = {"held": {}, "demand": {}}  # team -> type
     waiting: set[str] = set()
-    running = Counter((a.entry.team, shape_of(a.entry)) for a in snap.active)
-    for (team, (workers, cpw, gpw, _types)), k in running.items():
-        for to in (held, demand):
+    running = Counter((a.entry.team, shape_of(a.entry), a.accelerator) for a in snap.active)
+    for (team, (workers, cpw, gpw, accepts), on), k in running.items():
+        for name, to in (("held", held), ("demand", demand)):
             cs, gs = to.setdefault(team, ([], []))
             cs.append(k * workers * cpw)
             gs.append(k * workers * gpw)
+            if types is not None:
+                types.charge(typed[name].setdefault(team, {}), k * workers * gpw, on, accepts)
     fits: dict[Shape, bool] = {}
     for team, per_shape in _queued(snap).items():
         for shape, n in per_shape.items():
@@ -65,14 +71,25 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]
                 cs.append(n * shape[0] * shape[1])
                 gs.append(n * shape[0] * shape[2])
                 waiting.add(team)
+                if types is not None:
+                    into = typed["demand"].setdefault(team, {})
+                    types.charge(into, n * shape[0] * shape[2], None, shape[3])
 
-    def share(of: dict[str, tuple[list[float], list[float]]]) -> dict[str, float]:
+    def share(of: dict[str, tuple[list[float], list[float]]], name: str) -> dict[str, float]:
+        per = typed[name]
         return {
-            t: dominant_share(math.fsum(c), math.fsum(g), total_cpus=cpus, total_gpus=gpus)
+            t: dominant_share(
+                math.fsum(c),
+                math.fsum(g),
+                total_cpus=cpus,
+                total_gpus=gpus,
+                by_type=per.get(t),
+                types=types,
+            )
             for t, (c, g) in of.items()
         }
 
-    return share(held), share(demand), waiting
+    return share(held, "held"), share(demand, "demand"), waiting
 
 
 def _queued(snap: Snapshot) -> Mapping[str, Mapping[Shape, int]]:

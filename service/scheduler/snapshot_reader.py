@@ -12,6 +12,7 @@ attempts are stamped with; each running job's expected end is computed again fro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 from sqlalchemy import select
@@ -86,6 +87,7 @@ def build_snapshot(
     half_life_s: float,
     rows: JobRows | None = None,
     usage: Usage | None = None,
+    type_weights: Mapping[str, float] | None = None,
 ) -> Snapshot:
     """One consistent view for ``policy.planner`` (one read transaction, one snapshot of the
     database). ``rows``, ``usage``: the jobs and the usage history kept from the last tick
@@ -96,7 +98,9 @@ def build_snapshot(
         rows = JobRows()
     rows.refresh(session)
     active = _active_jobs(rows, now)
-    history = (usage or Usage()).shares(session, now=now, half_life_s=half_life_s, cluster=cluster)
+    history = (usage or Usage()).shares(
+        session, now=now, half_life_s=half_life_s, cluster=cluster, type_weights=type_weights
+    )
     teams = {
         t.name: TeamState(
             weight=t.weight,
@@ -118,4 +122,5 @@ def build_snapshot(
         queued=rows.queued(),
         active=active,
         teams=teams,
+        type_weights=type_weights,
     )

@@ -7,13 +7,14 @@ window (``WINDOW_HALF_LIVES`` half-lives: older ones weigh < 0.1%). The attempts
 once and then only those of the jobs changed since the last read (``db.changes``); the
 window moves with ``now``, so each call drops the attempts that left it. The averages are
 summed in attempt id order whichever way the attempts were read, so a kept read and a full
-one give the same floats.
+one give the same floats. On a mixed cluster the average is kept per accelerator type (the
+type each attempt ran on) and the share is per type (``fairshare.dominant_share``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
 from sqlalchemy import func, or_, select
@@ -23,7 +24,8 @@ from service.db.changes import ChangeCursor
 from service.db.sqltime import as_utc
 from service.db.tables import Attempt, Job
 from service.launch import ClusterResources
-from service.policy.fairshare import RunInterval, decayed_average, dominant_share
+from service.policy.capacity import totals
+from service.policy.fairshare import GpuTypes, RunInterval, decayed_average, dominant_share
 
 __all__ = ["WINDOW_HALF_LIVES", "Usage"]
 
@@ -49,6 +51,7 @@ def _read(
             func.coalesce(Attempt.num_workers, Job.num_workers),  # elastic: per attempt
             Job.cpus_per_worker,
             Job.gpus_per_worker,
+            Attempt.accelerator,
         )
         .join(Job, Job.id == Attempt.job_id)
         .where(or_(Attempt.ended_at.is_(None), Attempt.ended_at > horizon))
@@ -61,7 +64,7 @@ def _read(
         for k in range(0, len(ordered), _CHUNK):
             rows += conn.execute(stmt.where(Attempt.job_id.in_(ordered[k : k + _CHUNK])))
     out: dict[str, _Attempts] = defaultdict(dict)
-    for job_id, aid, team, started, ended, n, cpw, gpw in rows:
+    for job_id, aid, team, started, ended, n, cpw, gpw, on in rows:
         end = None if ended is None else as_utc(ended)
         out[job_id][aid] = (
             team,
@@ -70,6 +73,7 @@ def _read(
                 end_s=None if end is None else end.timestamp(),
                 cpus=n * cpw,
                 gpus=n * gpw,
+                accelerator=on or "",
             ),
             end,
         )
@@ -87,10 +91,16 @@ class Usage:
         self._per_team: dict[str, list[RunInterval]] | None = None  # built from ``_jobs``
 
     def shares(
-        self, session: Session, *, now: datetime, half_life_s: float, cluster: ClusterResources
+        self,
+        session: Session,
+        *,
+        now: datetime,
+        half_life_s: float,
+        cluster: ClusterResources,
+        type_weights: Mapping[str, float] | None = None,
     ) -> dict[str, float]:
         """Team -> decayed average dominant share of the cluster, as of ``now`` (in the
-        snapshot's read transaction)."""
+        snapshot's read transaction; ``type_weights``: per type, on a mixed cluster)."""
         horizon = now - timedelta(seconds=WINDOW_HALF_LIVES * half_life_s)
         got = self.cursor.changes(session, len(self._jobs))
         jobs, first_end = self._jobs, self._first_end
@@ -113,7 +123,13 @@ class Usage:
         self.cursor.done(got)
         if self._per_team is None:
             self._per_team = _per_team(jobs)
-        return _shares(self._per_team, now=now, half_life_s=half_life_s, cluster=cluster)
+        return _shares(
+            self._per_team,
+            now=now,
+            half_life_s=half_life_s,
+            cluster=cluster,
+            types=GpuTypes.of(totals(cluster.nodes), type_weights),
+        )
 
 
 def _first_end(jobs: dict[str, _Attempts]) -> datetime | None:
@@ -146,11 +162,17 @@ def _shares(
     now: datetime,
     half_life_s: float,
     cluster: ClusterResources,
+    types: GpuTypes | None,
 ) -> dict[str, float]:
     total_cpus = sum(n.total_cpus for n in cluster.nodes if n.alive)
     total_gpus = sum(n.total_gpus for n in cluster.nodes if n.alive)
     out = {}
     for team, ivs in per_team.items():
-        cpus, gpus = decayed_average(ivs, now_s=now.timestamp(), half_life_s=half_life_s)
-        out[team] = dominant_share(cpus, gpus, total_cpus=total_cpus, total_gpus=total_gpus)
+        by: dict[str, float] | None = None if types is None else {}
+        cpus, gpus = decayed_average(
+            ivs, now_s=now.timestamp(), half_life_s=half_life_s, by_type=by
+        )
+        out[team] = dominant_share(
+            cpus, gpus, total_cpus=total_cpus, total_gpus=total_gpus, by_type=by, types=types
+        )
     return out

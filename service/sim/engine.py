@@ -41,11 +41,7 @@ from service.policy.eta import (
     estimate_starts,
     running_end,
 )
-from service.policy.fairshare import (
-    advance_owed,
-    decay_step,
-    dominant_share,
-)
+from service.policy.fairshare import advance_owed, decay_step
 from service.policy.order import static_key
 from service.policy.planner import PolicyConfig, plan
 from service.policy.preemption import PreemptRules
@@ -72,6 +68,7 @@ from service.sim.model import secs as _secs
 from service.sim.outcome import outcome
 from service.sim.quiet import QuietCheck
 from service.sim.report import Interval
+from service.sim.tallies import Tallies
 
 __all__ = ["SimConfig", "SimJob", "SimTeam", "simulate"]
 
@@ -79,7 +76,7 @@ _HISTORY = 200  # finished jobs per team the ETAs learn run times from
 _NO_PREEMPT = PreemptRules(by_priority=False, by_fair_share=False, by_reservation=False)
 
 
-class _Sim(QuietCheck):
+class _Sim(Tallies, QuietCheck):
     def __init__(
         self,
         nodes: Sequence[Mapping[str, Any]],
@@ -96,6 +93,7 @@ class _Sim(QuietCheck):
         jobs, self.rejected = resolve_types(jobs, self.catalog)
         self.total_cpus = sum(n.cpus for n in self.totals)
         self.total_gpus = sum(n.gpus for n in self.totals)
+        self._typed_init(self.totals, cfg.type_weights)  # fair shares per type (mixed)
         self.teams = dict(teams)
         for j in jobs:
             self.teams.setdefault(j.team, SimTeam())
@@ -178,7 +176,9 @@ class _Sim(QuietCheck):
                     max_cpus=t.quota_cpus,
                     max_gpus_by_type=t.quota_gpus_by_type,
                 ),
-                history_share=self._share(*self.history.get(name, (0.0, 0.0))),
+                history_share=self._share(
+                    *self.history.get(name, (0.0, 0.0)), by_type=self.history_t.get(name)
+                ),
                 owed_s=self.owed.get(name, 0.0),
             )
             for name, t in self.teams.items()
@@ -195,6 +195,7 @@ class _Sim(QuietCheck):
             active_packing=(free, self._placements),
             held={t: (self.held_jobs[t], h[0], h[1]) for t, h in self.held.items()},
             never_fits=self.never_fits,
+            type_weights=self.cfg.type_weights,
         )
 
     def _packing(self) -> list[NodeFree]:
@@ -254,26 +255,6 @@ class _Sim(QuietCheck):
         self._packed_all = all(p is not None for p in self._placements)
 
     # -- job bookkeeping --------------------------------------------------------------
-    def _count(self, st: JobState, *, held: int = 0, demand: int = 0, waiting: int = 0) -> None:
-        j, team = st.job, st.job.team
-        cpus, gpus = j.num_workers * j.cpus_per_worker, j.num_workers * j.gpus_per_worker
-        h = self.held.setdefault(team, [0.0, 0.0])
-        h[0] += held * cpus
-        h[1] += held * gpus
-        self.held_jobs[team] += held
-        if st.fits_ever:
-            d = self.demand.setdefault(team, [0.0, 0.0])
-            d[0] += demand * cpus
-            d[1] += demand * gpus
-            self.waiting[team] = self.waiting.get(team, 0) + waiting
-            if not self.waiting[team]:
-                del self.waiting[team]
-            shapes = self.shapes.setdefault(team, Counter())
-            shapes[Shape(j.num_workers, j.cpus_per_worker, j.gpus_per_worker)] += waiting
-            self.shapes[team] = +shapes
-            if d == [0.0, 0.0]:
-                del self.demand[team]
-
     def _submit(self, j: SimJob) -> None:
         queued = j if j.min_workers is None else replace(j, num_workers=j.min_workers)
         st = JobState(
@@ -338,6 +319,7 @@ class _Sim(QuietCheck):
         """Put ``st`` (its attempt started now) on ``placement``: the running side."""
         job_id = st.job.id
         st.placement = list(placement)
+        self._on_nodes(st, 1.0)
         self.free = take(self.free, placement, st.job)
         self.running.append(job_id)
         self._pack_started(st.job)
@@ -353,6 +335,7 @@ class _Sim(QuietCheck):
             gpus = st.job.num_workers * st.job.gpus_per_worker
             st.run_types.append((self.node_type.get(st.placement[0], ""), gpus))
         st.run_s += self.now - st.attempt_start
+        self._on_nodes(st, -1.0)
         back = {nid: st.placement.count(nid) for nid in set(st.placement)}
         self.free = [
             NodeFree(
@@ -447,12 +430,13 @@ class _Sim(QuietCheck):
                 decay_step(hc, cpus, dt_s=dt, half_life_s=self.cfg.half_life_s),
                 decay_step(hg, gpus, dt_s=dt, half_life_s=self.cfg.half_life_s),
             )
+        self._decay_typed(dt, self.cfg.half_life_s)
         demand = self.demand
         waiting_teams = frozenset(self.waiting)
         self.owed = advance_owed(
             self.owed,
-            held={t: self._share(*h) for t, h in held.items()},
-            demand={t: self._share(*d) for t, d in demand.items()},
+            held={t: self._share(*h, by_type=self.held_t.get(t)) for t, h in held.items()},
+            demand={t: self._share(*d, by_type=self._demand_t(t)) for t, d in demand.items()},
             waiting=waiting_teams,
             weights={t: s.weight for t, s in self.teams.items()},
             dt_s=dt,
@@ -469,9 +453,6 @@ class _Sim(QuietCheck):
             )
         )
         self.now = to
-
-    def _share(self, cpus: float, gpus: float) -> float:
-        return dominant_share(cpus, gpus, total_cpus=self.total_cpus, total_gpus=self.total_gpus)
 
     def run(self) -> None:
         nxt = 0

@@ -102,6 +102,9 @@ class SimConfig:
     # Plan only at ticks where some decision could change (``_Sim._quiet``); the decisions
     # are the same as planning at every tick (tested), only faster.
     skip_quiet_ticks: bool = True
+    # Per accelerator type the weight its GPUs count with in fair shares (the admin's
+    # ``SHUNTER_ACCELERATOR_TYPES`` weights; a type left out counts 1).
+    type_weights: Mapping[str, float] | None = None
 
 
 class Shape(NamedTuple):

@@ -7,10 +7,11 @@ engine's state, declared below, and three of its methods.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
 from service.policy.capacity import EPS, NodeFree, place_gang
-from service.policy.fairshare import entitlements
+from service.policy.fairshare import GpuTypes, dominant_share, entitlements
 from service.policy.planner import PolicyConfig
 from service.policy.snapshot import ActiveJob
 from service.sim.model import JobState, Shape, SimTeam, secs
@@ -40,8 +41,13 @@ class QuietCheck:
     def _active(self, st: JobState) -> ActiveJob:
         raise NotImplementedError
 
-    def _share(self, cpus: float, gpus: float) -> float:
+    def _share(
+        self, cpus: float, gpus: float, *, by_type: Mapping[str, float] | None = None
+    ) -> float:
         raise NotImplementedError
+
+    types: GpuTypes | None
+    held_t: dict[str, dict[str, float]]
 
     def _quiet(self) -> bool:
         """True when planning now could neither start nor preempt anything, whatever the
@@ -81,15 +87,24 @@ class QuietCheck:
         if rules.by_fair_share:
             demanding = set(+self.queued_teams) | {st.job.team for st in running}
             fair = entitlements({t: self.teams[t].weight for t in sorted(demanding)})
-            shares = {t: self._share(*self.held.get(t, (0.0, 0.0))) for t in demanding}
+            shares = {
+                t: self._share(*self.held.get(t, (0.0, 0.0)), by_type=self.held_t.get(t))
+                for t in demanding
+            }
+            # A queued job's share is at least its CPUs' and its GPUs' on the lowest-weighted
+            # type: a lower bound of what the plan counts, wherever it lands (mixed cluster).
+            low = 1.0 if self.types is None else min(self.types.scale.values())
             above = {st.job.team for st in running if st.job.preemptible} & {
                 t for t in demanding if shares[t] > fair[t]
             }
             for team, c in self.shapes.items():
                 smallest = min(
                     (
-                        self._share(
-                            s.num_workers * s.cpus_per_worker, s.num_workers * s.gpus_per_worker
+                        dominant_share(
+                            s.num_workers * s.cpus_per_worker,
+                            s.num_workers * s.gpus_per_worker * low,
+                            total_cpus=self.total_cpus,
+                            total_gpus=self.total_gpus,
                         )
                         for s in c
                     ),
