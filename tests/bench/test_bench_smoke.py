@@ -79,6 +79,7 @@ FAST = {
     "webhooks.py": (["--jobs", "3", "--backlog", "5", "--interval", "0.1"], "drain_per_s"),
     "webhook_backlog.py": (["--backlog", "20", "--receiver-ms", "1"], "ratio fifo/fair"),
     "replay_digest.py": (["--trace", "busy:0", "--hours", "1"], " etas "),
+    "eta_idle.py": (["--trace", "mixed:5", "--hours", "2"], "idle while waiting"),
     "step_timing.py": (
         ["--steps", "20", "--rounds", "1", "--window", "10", "--hidden", "16", "--layers", "1"],
         "ratio timed/baseline",
