@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, MutableMapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 __all__ = [
@@ -79,6 +79,10 @@ class GpuTypes:
     capacity: Mapping[str, float]
     scale: Mapping[str, float]
     total: float
+    # accepted types -> (type, its fraction of their GPUs), made when first asked
+    _spread: dict[tuple[str, ...], tuple[tuple[str, float], ...]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @staticmethod
     def of(nodes: Iterable[_Node], weights: Mapping[str, float] | None = None) -> GpuTypes | None:
@@ -115,10 +119,14 @@ class GpuTypes:
         if accelerator is not None and accelerator in self.capacity:
             into[accelerator] = into.get(accelerator, 0.0) + sign * gpus
             return
-        on = [t for t in accepts if t in self.capacity] or list(self.capacity)
-        cap = math.fsum(self.capacity[t] for t in on)
-        for t in on:
-            into[t] = into.get(t, 0.0) + sign * gpus * self.capacity[t] / cap
+        key = tuple(accepts)
+        spread = self._spread.get(key)
+        if spread is None:
+            on = [t for t in key if t in self.capacity] or list(self.capacity)
+            cap = math.fsum(self.capacity[t] for t in on)
+            spread = self._spread[key] = tuple((t, self.capacity[t] / cap) for t in on)
+        for t, part in spread:
+            into[t] = into.get(t, 0.0) + sign * gpus * part
 
 
 def decayed_average(
