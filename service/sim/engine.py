@@ -93,7 +93,8 @@ class _Sim(Tallies, QuietCheck):
         jobs, self.rejected = resolve_types(jobs, self.catalog)
         self.total_cpus = sum(n.cpus for n in self.totals)
         self.total_gpus = sum(n.gpus for n in self.totals)
-        self._typed_init(self.totals, cfg.type_weights)  # fair shares per type (mixed)
+        weights = cfg.type_weights or {t: c.weight for t, c in self.catalog.items()}
+        self._typed_init(self.totals, weights)  # fair shares per type (a mixed cluster)
         self.teams = dict(teams)
         for j in jobs:
             self.teams.setdefault(j.team, SimTeam())
@@ -195,7 +196,7 @@ class _Sim(Tallies, QuietCheck):
             active_packing=(free, self._placements),
             held={t: (self.held_jobs[t], h[0], h[1]) for t, h in self.held.items()},
             never_fits=self.never_fits,
-            type_weights=self.cfg.type_weights,
+            type_weights=self.type_weights,
         )
 
     def _packing(self) -> list[NodeFree]:

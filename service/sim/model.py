@@ -103,7 +103,8 @@ class SimConfig:
     # are the same as planning at every tick (tested), only faster.
     skip_quiet_ticks: bool = True
     # Per accelerator type the weight its GPUs count with in fair shares (the admin's
-    # ``SHUNTER_ACCELERATOR_TYPES`` weights; a type left out counts 1).
+    # ``SHUNTER_ACCELERATOR_TYPES`` weights; a type left out counts 1). None: the cluster
+    # file's (a node's ``weight``).
     type_weights: Mapping[str, float] | None = None
 
 
@@ -214,8 +215,8 @@ class QueuedView(Sequence[QueueEntry]):
 def cluster_of(
     nodes: Sequence[Mapping[str, Any]],
 ) -> tuple[list[NodeFree], dict[str, AcceleratorType]]:
-    """A trace's nodes (``{cpus, gpus, accelerator, gpu_memory_gb}``) as the policy's empty
-    nodes, and the accelerator types they make up."""
+    """A trace's nodes (``{cpus, gpus, accelerator, gpu_memory_gb, weight}``) as the policy's
+    empty nodes, and the accelerator types they make up (a node's ``weight``: its type's)."""
     totals = [
         NodeFree(
             node_id=f"n{i}",
@@ -225,9 +226,13 @@ def cluster_of(
         )
         for i, n in enumerate(nodes)
     ]
+    weights = {str(n["accelerator"]): float(n["weight"]) for n in nodes if "weight" in n}
     catalog = catalog_of(
-        (str(n.get("accelerator", "")), float(n.get("gpus", 0)), n.get("gpu_memory_gb"))
-        for n in nodes
+        (
+            (str(n.get("accelerator", "")), float(n.get("gpus", 0)), n.get("gpu_memory_gb"))
+            for n in nodes
+        ),
+        {t: AcceleratorType(name=t, weight=w) for t, w in weights.items()},
     )
     return totals, dict(catalog)
 

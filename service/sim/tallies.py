@@ -33,6 +33,7 @@ class Tallies:
     shapes: dict[str, Counter[Shape]]
 
     def _typed_init(self, totals: Sequence[NodeFree], weights: Mapping[str, float] | None) -> None:
+        self.type_weights = weights  # what the policy's snapshots say too
         self.types: GpuTypes | None = GpuTypes.of(totals, weights)
         self.held_t: _Typed = {}  # running jobs' GPUs per type
         self.queued_t: _Typed = {}  # queued jobs' (that fit the cluster), spread

@@ -3,7 +3,8 @@
 Formats (``docs/scheduling.md``):
 
 - cluster: ``{"nodes": [{"gpus": 8, "cpus": 64}, ...]}``; a node may say its
-  ``"accelerator"`` type and ``"gpu_memory_gb"`` (a mixed cluster)
+  ``"accelerator"`` type, ``"gpu_memory_gb"`` (a mixed cluster) and ``"weight"`` (its
+  type's weight in the fair shares, as ``SHUNTER_ACCELERATOR_TYPES``' ``weight``)
 - teams: ``{"team": {"weight": 2, "quota_gpus": 16, "max_priority": "high"}, ...}``, with
   ``"quota_gpus_by_type": {"h100": 8}`` per accelerator type
 - trace (JSONL), one job a line: ``{"id", "team", "submit_s", "num_workers",
@@ -86,6 +87,10 @@ def load_cluster(path: Path) -> list[dict[str, Any]]:
             node["accelerator"] = normalize(n["accelerator"])
         if "gpu_memory_gb" in n:
             node["gpu_memory_gb"] = float(_num(where, n, "gpu_memory_gb", minimum=1))
+        if "weight" in n:
+            if "accelerator" not in node:
+                raise TraceError(f"{where}: a weight is its accelerator type's: name the type")
+            node["weight"] = float(_num(where, n, "weight", minimum=1e-9))
         out.append(node)
     return out
 

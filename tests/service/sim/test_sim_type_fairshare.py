@@ -4,9 +4,14 @@ weighted by ``SimConfig.type_weights``; skipping quiet ticks decides as planning
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from service.sim.engine import SimConfig, SimJob, simulate
+from service.sim.trace import TraceError, load_cluster
 from tests.service.sim.test_sim_types import NODES as MIXED_NODES
 from tests.service.sim.test_sim_types import _mixed_day
 
@@ -33,7 +38,7 @@ def _job(
     )
 
 
-def _starts(cfg: SimConfig) -> dict[str, float]:
+def _starts(cfg: SimConfig, nodes: list[dict[str, Any]] = NODES) -> dict[str, float]:
     """a holds 6 of the 8 A100s, b 12 of the 24 H100s and c 11; then a and b each submit a
     1-GPU H100 job, at the same time, for the one H100 left."""
     jobs = [
@@ -43,7 +48,7 @@ def _starts(cfg: SimConfig) -> dict[str, float]:
         _job("qa", "a", 100, 1, 1, H100, 1000),
         _job("qb", "b", 100, 1, 1, H100, 1000),
     ]
-    r = simulate(nodes=NODES, teams={}, jobs=jobs, cfg=cfg)
+    r = simulate(nodes=nodes, teams={}, jobs=jobs, cfg=cfg)
     return {j["id"]: j["runs"][0][0] for j in r["jobs"]}
 
 
@@ -58,6 +63,19 @@ def test_type_weights_in_the_simulator() -> None:
     """An H100 weighing 4 A100s: a's 6 A100s count 0.1875, below b's 0.5: a goes first."""
     s = _starts(SimConfig(eta=False, type_weights={H100: 4.0}))
     assert s["qa"] < 200 and s["qb"] >= s["qa"] + 1000
+
+
+def test_a_cluster_file_gives_each_type_its_weight(tmp_path: Path) -> None:
+    """``cluster.json``: a node's ``weight`` is its type's (what ``shunter admin sim``
+    reads); the same decisions as ``SimConfig.type_weights``."""
+    path = tmp_path / "cluster.json"
+    heavy = [{**n, "weight": 4} if n["accelerator"] == H100 else n for n in NODES]
+    path.write_text(json.dumps({"nodes": heavy}))
+    s = _starts(SimConfig(eta=False), load_cluster(path))
+    assert s["qa"] < 200 and s["qb"] >= s["qa"] + 1000
+    path.write_text(json.dumps({"nodes": [{"gpus": 8, "cpus": 8, "weight": 2}]}))
+    with pytest.raises(TraceError, match="weight is its accelerator type's"):
+        load_cluster(path)
 
 
 def test_skipping_quiet_ticks_decides_as_planning_each_tick_on_a_mixed_day() -> None:
