@@ -19,9 +19,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.db.attempt_holds import HELD, running_after
 from service.db.sqltime import as_utc
 from service.db.tables import Attempt, Job, Team
 from service.schemas.teams import Budget, BudgetRead
@@ -54,21 +55,9 @@ def usage_seconds(
     start = since or _EPOCH
     only = [] if job_ids is None else [Job.id.in_(list(job_ids))]
     rows = session.execute(
-        select(
-            Attempt.started_at,
-            Attempt.ended_at,
-            func.coalesce(Attempt.num_workers, Job.num_workers),  # elastic: per attempt
-            Job.cpus_per_worker,
-            Job.gpus_per_worker,
-            Attempt.accelerator,
-        )
+        select(*HELD)
         .join(Job, Job.id == Attempt.job_id)
-        .where(
-            Job.team == team,
-            *only,
-            Attempt.started_at < until,
-            or_(Attempt.ended_at.is_(None), Attempt.ended_at > start),
-        )
+        .where(Job.team == team, *only, Attempt.started_at < until, running_after(start))
     ).all()
     gpu_s = cpu_s = 0.0
     for started, ended, workers, cpw, gpw, accelerator in rows:

@@ -17,9 +17,10 @@ from collections import defaultdict
 from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from service.db.attempt_holds import HELD, running_after
 from service.db.changes import ChangeCursor
 from service.db.sqltime import as_utc
 from service.db.tables import Attempt, Job
@@ -42,19 +43,9 @@ def _read(
     """Job id -> its attempts running or ended after ``horizon`` (of ``job_ids``; None: of
     every job)."""
     stmt = (
-        select(
-            Attempt.job_id,
-            Attempt.id,
-            Job.team,
-            Attempt.started_at,
-            Attempt.ended_at,
-            func.coalesce(Attempt.num_workers, Job.num_workers),  # elastic: per attempt
-            Job.cpus_per_worker,
-            Job.gpus_per_worker,
-            Attempt.accelerator,
-        )
+        select(Attempt.job_id, Attempt.id, Job.team, *HELD)
         .join(Job, Job.id == Attempt.job_id)
-        .where(or_(Attempt.ended_at.is_(None), Attempt.ended_at > horizon))
+        .where(running_after(horizon))
     )
     conn, rows = session.connection(), []
     if job_ids is None:
