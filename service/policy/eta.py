@@ -144,5 +144,8 @@ def estimate_ranges(
         s50, s90 = scales[teams[i]]
         if wait.total_seconds() < LONG_WAIT_S:
             s50 = 1.0  # a start minutes away: the ends just ahead decide it
-        out[i] = Eta(snap.now + wait * s50, snap.now + wait * max(s90, s50), t)
+        # The estimate takes as much of the calibration as has earned its place lately
+        # (``EtaModel.shrink``); the p90 keeps all of it.
+        use = s50**m.shrink
+        out[i] = Eta(snap.now + wait * use, snap.now + wait * max(s90, s50), t, s50)
     return out

@@ -155,6 +155,29 @@ class EtaModel:
     # queue of now only).
     arrival_window_s: float | None = 7200.0
     arrival_fade_s: float = 12 * 3600.0
+    # How much of the calibration the estimate takes (``shrink``): for recently started
+    # jobs that waited at least ``LONG_WAIT_S``, over all teams, (actual wait ÷ predicted
+    # wait, the scale the calibration gave at their first estimate). Empty: all of it.
+    checks: Sequence[tuple[float, float]] = ()
+    shrink_levels: Sequence[float] = (1.0, 0.75, 0.5, 0.25, 0.0)
+
+    @cached_property
+    def shrink(self) -> float:
+        """The power of the calibration's scale the estimate takes (1: all of it, 0: the
+        forward run's prediction): of ``shrink_levels``, the one whose median relative error
+        |actual - estimate| / actual wait over the recent first estimates (``checks``) is
+        lowest, ties to the larger. The ratios are learned only once waits end, so while
+        the queue changes they lag and on some days pull the estimates the wrong way; on
+        others they fix the forward run. Which, is measured online on the jobs that
+        started, as the ETA bar is. With fewer than ``_MIN_CALIBRATION`` checks, 1."""
+        if len(self.checks) < _MIN_CALIBRATION:
+            return 1.0
+        best, err = 1.0, math.inf
+        for a in sorted(self.shrink_levels, reverse=True):
+            e = _quantile([abs(r - s**a) / r for r, s in self.checks], 0.5)
+            if e < err:
+                best, err = a, e
+        return best
 
     @cached_property
     def _wait_spread(self) -> float:
@@ -202,6 +225,9 @@ class Eta(NamedTuple):
     start: datetime  # the estimate
     p90: datetime  # 9 in 10 start by then
     predicted: datetime  # the forward run's start, before calibration (what it learns from)
+    # The calibration's scale of the predicted wait, whether the estimate took it all or
+    # not (``EtaModel.shrink``): what the choice of how much to take learns from.
+    scale: float = 1.0
 
 
 class RuntimeHistory:
@@ -251,8 +277,9 @@ class WaitHistory:
     def __init__(self, *, keep: int = 200) -> None:
         self.keep = keep
         self.ratios: dict[tuple[str, str], list[float]] = {}  # (team, priority) -> ratios
-        # job -> ((team, priority), when estimated, the predicted start)
-        self._first: dict[str, tuple[tuple[str, str], datetime, datetime]] = {}
+        self.checks: list[tuple[float, float]] = []  # ``EtaModel.checks``
+        # job -> ((team, priority), when estimated, the predicted start, the scale)
+        self._first: dict[str, tuple[tuple[str, str], datetime, datetime, float]] = {}
 
     def observe(self, snap: Snapshot) -> dict[tuple[str, str], tuple[float, ...]]:
         """Record the starts this snapshot shows; the ratios per team and class."""
@@ -262,12 +289,16 @@ class WaitHistory:
                 got = self._first.pop(a.entry.job_id, None)
                 if got is None:
                     continue
-                key, made, predicted = got
+                key, made, predicted, scale = got
                 wait = (predicted - made).total_seconds()
                 if wait >= LONG_WAIT_S:
+                    waited = max((a.started_at - made).total_seconds(), 0.0)
                     xs = self.ratios.setdefault(key, [])
-                    xs.append(max((a.started_at - made).total_seconds(), 0.0) / wait)
+                    xs.append(waited / wait)
                     del xs[: -self.keep]
+                    if waited >= LONG_WAIT_S:
+                        self.checks.append((waited / wait, scale))
+                        del self.checks[: -self.keep]
             for i in [i for i in self._first if i not in queued]:
                 del self._first[i]
         return {t: tuple(v) for t, v in self.ratios.items()}
@@ -281,13 +312,13 @@ class WaitHistory:
             if teams is None:
                 teams = {e.job_id: (e.team, e.priority) for e in snap.queued}
             if i in teams:
-                self._first[i] = (teams[i], snap.now, eta.predicted)
+                self._first[i] = (teams[i], snap.now, eta.predicted, eta.scale)
 
     def waiting(self, now: datetime) -> dict[tuple[str, str], list[float]]:
         """``EtaModel.waiting``: per team and class, the jobs estimated and still queued
         whose prediction was at least ``LONG_WAIT_S`` away, their wait so far ÷ it."""
         out: dict[tuple[str, str], list[float]] = {}
-        for key, made, predicted in self._first.values():
+        for key, made, predicted, _ in self._first.values():
             wait = (predicted - made).total_seconds()
             if wait >= LONG_WAIT_S:
                 out.setdefault(key, []).append(max((now - made).total_seconds(), 0.0) / wait)

@@ -491,8 +491,9 @@ class Scheduler:
             )  # fmt: skip
         t3 = time.perf_counter()
         model = EtaModel(
-            runtime=runtimes, wait_ratios=ratios, waiting=self._waits.waiting(snap.now)
-        )
+            runtime=runtimes, wait_ratios=ratios, waiting=self._waits.waiting(snap.now),
+            checks=tuple(self._waits.checks),
+        )  # fmt: skip
         ranges = estimate_ranges(snap, plan_now=p, model=model) if p.decisions else {}
         self._waits.estimated(snap, ranges)
         etas = {i: r.start for i, r in ranges.items()}

@@ -137,6 +137,7 @@ class _Sim(Tallies, QuietCheck):
         # calibration, ``EtaModel.wait_ratios``).
         self.wait_ratios: dict[tuple[str, str], deque[float]] = {}
         self.first_wait: dict[str, FirstWait] = {}  # and those still waiting: their bounds
+        self.eta_checks: deque[tuple[float, float]] = deque(maxlen=_HISTORY)  # EtaModel.checks
 
     # -- the policy's view ------------------------------------------------------------
     def _active(self, st: JobState) -> ActiveJob:
@@ -294,9 +295,10 @@ class _Sim(Tallies, QuietCheck):
             predicted = st.predicted - st.estimated_at
             if predicted >= LONG_WAIT_S:
                 key = (st.job.team, st.priority)
-                self.wait_ratios.setdefault(key, deque(maxlen=_HISTORY)).append(
-                    (self.now - st.estimated_at) / predicted
-                )
+                waited = self.now - st.estimated_at
+                self.wait_ratios.setdefault(key, deque(maxlen=_HISTORY)).append(waited / predicted)
+                if waited >= LONG_WAIT_S:
+                    self.eta_checks.append((waited / predicted, st.scale))
         st.attempt_start = self.now
         st.attempt_done0 = st.done
         self.queued.remove(job_id)
@@ -518,6 +520,7 @@ class _Sim(Tallies, QuietCheck):
                 ),
                 wait_ratios={t: tuple(v) for t, v in self.wait_ratios.items()},
                 waiting=FirstWait.bounds(self.first_wait.values(), self.now),
+                checks=tuple(self.eta_checks),
             )
             if self.cfg.eta_legacy:
                 etas = {
@@ -530,6 +533,7 @@ class _Sim(Tallies, QuietCheck):
                     self.state[i].estimate = _secs(etas[i].start)
                     self.state[i].estimate_p90 = _secs(etas[i].p90)
                     self.state[i].predicted = _secs(etas[i].predicted)
+                    self.state[i].scale = etas[i].scale
                     self.state[i].estimated_at = self.now
                     self.no_eta.discard(i)
                     FirstWait.keep(self.first_wait, self.state[i], self.now)

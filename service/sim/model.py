@@ -130,6 +130,7 @@ class JobState:
     estimate_p90: float | None = None
     estimated_at: float | None = None  # when the first estimate was made
     predicted: float | None = None  # the forward run's start then, before calibration
+    scale: float = 1.0  # the calibration's scale then (``Eta.scale``)
     finished: bool = False
     fits_ever: bool = True
     entry: QueueEntry | None = None  # the policy's view, kept until it changes (a stop)
