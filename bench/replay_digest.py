@@ -13,7 +13,8 @@ service shunter bench | tar -x -C /tmp/old``):
 ``--typed``: the same trace on a mixed cluster (2 A100-40GB and 2 H100 nodes of 8 GPUs) where
 team a's jobs ask for A100s only and the others' for any type; ``--type-weights h100=2``: the
 weights of the fair shares per type (issue 30). Also printed then: each team's GPU-hours per
-type and its median wait.
+type, its median wait and its share error (over the dominant shares per type, and over
+pooled GPU-seconds).
 """
 
 from __future__ import annotations
@@ -90,9 +91,14 @@ def _per_team(r: dict, gpus_of: dict[str, float]) -> None:  # type: ignore[type-
             per[t] = per.get(t, 0.0) + (b - a) * gpus_of[j["id"]] / 3600
         if j["runs"]:
             waits.setdefault(team, []).append(j["runs"][0][0] - j["submit_s"])
+    rows = r["summary"]["teams"]
     for team in sorted(hours):
         per = ", ".join(f"{t} {h:.0f}" for t, h in sorted(hours[team].items()))
-        print(f"  team {team}: GPU-h {per}; median wait {statistics.median(waits[team]):.0f} s")
+        row = rows[team]
+        print(
+            f"  team {team}: GPU-h {per}; median wait {statistics.median(waits[team]):.0f} s; "
+            f"share error {row['share_error']} (pooled GPU-s {row.get('share_error_pooled')})"
+        )
 
 
 if __name__ == "__main__":

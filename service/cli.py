@@ -348,10 +348,14 @@ def admin_sim(
             f"p90 {c['p90_rel_error']}; p90 range coverage {c['p90_coverage']}"
         )
         for kind, t in (s.get("by_type") or {}).items():  # a mixed cluster (issue 30)
+            per = ", ".join(f"{k} {v:g}" for k, v in t.get("team_gpu_s", {}).items())
             typer.echo(
-                f"  {kind}: {t['gpus']:g} GPUs, {t['jobs']} jobs, {t['gpu_s']:g} GPU-s, "
-                f"utilisation {t['utilisation_overall']}"
+                f"  {kind}: {t['gpus']:g} GPUs, {t['jobs']} jobs, {t['gpu_s']:g} GPU-s "
+                f"({per or 'none'}), utilisation {t['utilisation_overall']}"
             )
+        if s.get("share_basis"):  # the share error over the dominant shares per type
+            errs = ", ".join(f"{k} {v['share_error']}" for k, v in s["teams"].items())
+            typer.echo(f"  share error ({s['share_basis']}): {errs}")
         if s.get("rejected"):
             typer.echo(f"  rejected (no card holds the plan): {len(s['rejected'])} jobs")
     typer.echo(f"wrote {out}")

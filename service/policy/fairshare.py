@@ -36,14 +36,18 @@ __all__ = [
     "HORIZON_S",
     "GpuTypes",
     "RunInterval",
+    "accrue_owed",
     "advance_owed",
+    "contended_fair",
     "decay_step",
     "decayed_average",
     "dominant_share",
     "entitlements",
+    "fair_dominant",
     "fair_key",
     "job_share",
     "max_min_fair",
+    "resource_shares",
 ]
 
 
@@ -173,18 +177,65 @@ def dominant_share(
     on a type the cluster has count on every type alike (``gpus`` - those / all GPUs)."""
     shares = [0.0]
     if types is not None:
-        held = by_type or {}
-        placed = 0.0
-        for t in types.capacity:
-            placed += held.get(t, 0.0)
-        rest = max(gpus - placed, 0.0) / types.total
-        for t, cap in types.capacity.items():
-            shares.append(types.scale[t] * (held.get(t, 0.0) / cap + rest))
+        shares.extend(_type_shares(gpus, by_type or {}, types).values())
     elif total_gpus > 0:
         shares.append(gpus / total_gpus)
     if total_cpus > 0:
         shares.append(cpus / total_cpus)
     return max(shares)
+
+
+def _type_shares(
+    gpus: float, held: Mapping[str, float], types: GpuTypes
+) -> dict[str | None, float]:
+    """Each type's share of ``held`` (GPUs per type) x its scale, the GPUs of ``gpus`` placed
+    on no type the cluster has counting on every type alike (``dominant_share``)."""
+    placed = 0.0
+    for t in types.capacity:
+        placed += held.get(t, 0.0)
+    rest = max(gpus - placed, 0.0) / types.total
+    return {
+        t: types.scale[t] * (held.get(t, 0.0) / cap + rest) for t, cap in types.capacity.items()
+    }
+
+
+def resource_shares(
+    cpus: float,
+    gpus: float,
+    *,
+    total_cpus: float,
+    by_type: Mapping[str, float] | None,
+    types: GpuTypes,
+) -> dict[str | None, float]:
+    """A team's share of each resource of a mixed cluster, as ``dominant_share`` counts them
+    (the largest is its dominant share): each GPU type's, scaled (key: the type), and the
+    CPUs' (key None; none when the cluster has no CPUs)."""
+    out = _type_shares(gpus, by_type or {}, types)
+    if total_cpus > 0:
+        out[None] = cpus / total_cpus
+    return out
+
+
+def fair_dominant(
+    demand: Mapping[str, Mapping[str | None, float]],
+    weights: Mapping[str, float],
+    types: GpuTypes,
+) -> dict[str, float]:
+    """Each team's weighted max-min fair dominant share of a mixed cluster given its demand
+    of each resource (``resource_shares``): every resource is shared out by itself (a GPU
+    type's capacity is its scale, the CPUs' 1), and a team's fair share is the largest of
+    what it gets of each. Two teams that each want only a different type both get all of it,
+    where one capacity of 1.0 for all resources would give each a half."""
+    fair = dict.fromkeys(demand, 0.0)
+    resources: list[str | None] = [*types.capacity, None]
+    for r in resources:
+        want = {t: d[r] for t, d in demand.items() if d.get(r, 0.0) > 0}
+        if not want:
+            continue
+        cap = 1.0 if r is None else types.scale[r]
+        for t, got in max_min_fair(want, weights, cap).items():
+            fair[t] = max(fair[t], got)
+    return fair
 
 
 def job_share(
@@ -222,24 +273,59 @@ def advance_owed(
     weights: Mapping[str, float],
     dt_s: float,
     half_life_s: float,
+    demand_by: Mapping[str, Mapping[str | None, float]] | None = None,
+    types: GpuTypes | None = None,
 ) -> dict[str, float]:
     """Each team's owed account (share-seconds) advanced by ``dt_s`` during which it held
     ``held`` and demanded ``demand`` (dominant shares, 0..1; demand = running + queued work
     that fits the cluster): the old balance decays and, while the teams contend, the weighted
     max-min fair share of the demand minus what was held accrues (decayed over the step,
-    exact for constant rates). The teams contend when two or more have demand and each of
-    them has work ``waiting``: each wants more than it holds. At other times some team's
-    demand is met in full and fairness holds nobody back."""
+    exact for constant rates; ``contended_fair``, ``accrue_owed``). On a mixed cluster
+    (``types``, with each team's demand of each resource, ``demand_by``) the fair share is
+    the largest over resources of each one shared out by itself (``fair_dominant``)."""
+    fair = contended_fair(demand, waiting, weights, demand_by=demand_by, types=types)
+    return accrue_owed(owed, held=held, fair=fair, dt_s=dt_s, half_life_s=half_life_s)
+
+
+def contended_fair(
+    demand: Mapping[str, float],
+    waiting: Collection[str],
+    weights: Mapping[str, float],
+    *,
+    demand_by: Mapping[str, Mapping[str | None, float]] | None = None,
+    types: GpuTypes | None = None,
+) -> dict[str, float] | None:
+    """The demanding teams' fair dominant shares while they contend, else None. The teams
+    contend when two or more have demand and each of them has work ``waiting``: each wants
+    more than it holds. At other times some team's demand is met in full and fairness holds
+    nobody back. Untyped (or no ``demand_by``): the weighted max-min fair share of one
+    capacity of 1.0; on a mixed cluster, ``fair_dominant`` of each team's ``demand_by``."""
     demanding = {t for t, d in demand.items() if d > 0}
-    contended = len(demanding) >= 2 and demanding <= set(waiting)
-    fair = max_min_fair({t: demand[t] for t in demanding}, weights, 1.0) if contended else {}
+    if not (len(demanding) >= 2 and demanding <= set(waiting)):
+        return None
+    if types is None or demand_by is None:
+        return max_min_fair({t: demand[t] for t in demanding}, weights, 1.0)
+    return fair_dominant({t: demand_by.get(t, {}) for t in sorted(demanding)}, weights, types)
+
+
+def accrue_owed(
+    owed: Mapping[str, float],
+    *,
+    held: Mapping[str, float],
+    fair: Mapping[str, float] | None,
+    dt_s: float,
+    half_life_s: float,
+) -> dict[str, float]:
+    """``owed`` decayed over ``dt_s``, plus (while the teams contend: ``fair`` not None)
+    ``fair`` - ``held`` integrated with the same decay (~ x ``dt_s``)."""
     lam = math.log(2) / half_life_s
     keep = math.exp(-lam * dt_s)
     gain = -math.expm1(-lam * dt_s) / lam  # integral of the decay weight over the step (~ dt_s)
-    teams = set(owed) | set(held) | set(fair)
+    got = fair or {}
+    teams = set(owed) | set(held) | set(got)
     return {
         t: owed.get(t, 0.0) * keep
-        + ((fair.get(t, 0.0) - held.get(t, 0.0)) * gain if contended else 0.0)
+        + ((got.get(t, 0.0) - held.get(t, 0.0)) * gain if fair is not None else 0.0)
         for t in sorted(teams)
     }
 

@@ -5,8 +5,11 @@ Each team row keeps ``owed_s`` (share-seconds it is owed; negative when it owes)
 advance with what the tick's snapshot shows each team holding, demanding and waiting for
 (``policy.fairshare.advance_owed``, the function the simulator runs on its virtual clock:
 it accrues only while the teams contend), and the next snapshot hands it to the policy
-(``TeamState.owed_s``). A gap with no leader, or with
-nothing queued or running, accrues at most ``MAX_STEP_S`` at the rates seen when it ends.
+(``TeamState.owed_s``). On a mixed cluster each GPU type (and the CPUs) is shared out by
+itself and a team's fair share is the largest of its parts (``fairshare.fair_dominant``):
+two teams that each want only a different type are each owed all of it. A gap with no
+leader, or with nothing queued or running, accrues at most ``MAX_STEP_S`` at the rates seen
+when it ends.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from service.db.tables import Team
 from service.policy.capacity import place_gang
-from service.policy.fairshare import GpuTypes, advance_owed, dominant_share
+from service.policy.fairshare import GpuTypes, advance_owed, dominant_share, resource_shares
 from service.policy.queue_index import Shape, shape_of
 from service.policy.snapshot import Snapshot
 
@@ -38,6 +41,14 @@ __all__ = ["MAX_STEP_S", "advance", "shares"]
 MAX_STEP_S = 300.0
 
 
+class _Tally(NamedTuple):
+    held: dict[str, float]
+    demand: dict[str, float]
+    waiting: set[str]
+    demand_by: dict[str, dict[str | None, float]] | None  # mixed cluster: per resource
+    types: GpuTypes | None
+
+
 def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]]:
     """(held, demand) dominant shares per team, and the teams with work waiting: demand =
     held + queued jobs that fit the cluster (a job larger than the cluster is no demand on
@@ -46,6 +57,13 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]
     exact (``math.fsum``), so it does not depend on the order the jobs are added in. On a
     mixed cluster the GPUs are kept per type too (``GpuTypes.charge``: a running job's on
     its type, a queued one's spread over the types it accepts)."""
+    t = _tally(snap)
+    return t.held, t.demand, t.waiting
+
+
+def _tally(snap: Snapshot) -> _Tally:
+    """``shares``, and on a mixed cluster each team's demand of each resource
+    (``fairshare.resource_shares``: the owed account shares out each type by itself)."""
     cpus = sum(n.cpus for n in snap.totals)
     gpus = sum(n.gpus for n in snap.totals)
     types = GpuTypes.of(snap.totals, snap.type_weights)
@@ -89,7 +107,16 @@ def shares(snap: Snapshot) -> tuple[dict[str, float], dict[str, float], set[str]
             for t, (c, g) in of.items()
         }
 
-    return share(held, "held"), share(demand, "demand"), waiting
+    demand_by = None
+    if types is not None:
+        per = typed["demand"]
+        demand_by = {
+            t: resource_shares(
+                math.fsum(c), math.fsum(g), total_cpus=cpus, by_type=per.get(t), types=types
+            )
+            for t, (c, g) in demand.items()
+        }
+    return _Tally(share(held, "held"), share(demand, "demand"), waiting, demand_by, types)
 
 
 def _queued(snap: Snapshot) -> Mapping[str, Mapping[Shape, int]]:
@@ -111,15 +138,17 @@ def advance(session: Session, *, snap: Snapshot, half_life_s: float) -> None:
         if last.tzinfo is None:  # SQLite returns naive UTC
             last = last.replace(tzinfo=snap.now.tzinfo)
         dt = min(max((snap.now - last).total_seconds(), 0.0), MAX_STEP_S)
-    held, demand, waiting = shares(snap)
+    t = _tally(snap)
     owed = advance_owed(
         {r.name: r.owed_s for r in rows},
-        held=held,
-        demand=demand,
-        waiting=waiting,
+        held=t.held,
+        demand=t.demand,
+        waiting=t.waiting,
         weights={r.name: r.weight for r in rows},
         dt_s=dt,
         half_life_s=half_life_s,
+        demand_by=t.demand_by,
+        types=t.types,
     )
     for r in rows:
         r.owed_s = owed.get(r.name, r.owed_s)

@@ -41,7 +41,7 @@ from service.policy.eta import (
     estimate_starts,
     running_end,
 )
-from service.policy.fairshare import advance_owed, decay_step
+from service.policy.fairshare import decay_step
 from service.policy.order import static_key
 from service.policy.planner import PolicyConfig, plan
 from service.policy.preemption import PreemptRules
@@ -105,7 +105,7 @@ class _Sim(Tallies, QuietCheck):
         self.index = QueueIndex(use_priority=self.policy.use_priority)
         self.running: list[str] = []  # in start order
         self.history: dict[str, tuple[float, float]] = {}  # team -> decayed (cpus, gpus)
-        self.owed: dict[str, float] = {}  # team -> share-seconds owed (advance_owed)
+        self.owed: dict[str, float] = {}  # team -> share-seconds owed (_owed_step)
         self.intervals: list[Interval] = []
         self.now = 0.0
         self.free = list(self.totals)  # what the running jobs leave, placed where they started
@@ -436,15 +436,7 @@ class _Sim(Tallies, QuietCheck):
         self._decay_typed(dt, self.cfg.half_life_s)
         demand = self.demand
         waiting_teams = frozenset(self.waiting)
-        self.owed = advance_owed(
-            self.owed,
-            held={t: self._share(*h, by_type=self.held_t.get(t)) for t, h in held.items()},
-            demand={t: self._share(*d, by_type=self._demand_t(t)) for t, d in demand.items()},
-            waiting=waiting_teams,
-            weights={t: s.weight for t, s in self.teams.items()},
-            dt_s=dt,
-            half_life_s=self.cfg.half_life_s,
-        )
+        shares = self._owed_step(held, demand, waiting_teams, dt, self.cfg.half_life_s)
         self.intervals.append(
             Interval(
                 start_s=self.now,
@@ -453,6 +445,7 @@ class _Sim(Tallies, QuietCheck):
                 demand={t: (c, g) for t, (c, g) in demand.items()},
                 waiting=sum(self.waiting.values()),
                 waiting_teams=waiting_teams,
+                shares=shares,
             )
         )
         self.now = to

@@ -34,16 +34,19 @@ def by_type(
     span: float,
 ) -> dict[str, Any]:
     """Per accelerator type (a typed cluster only): its GPUs, the GPU-seconds jobs ran on
-    it, its utilisation over the makespan, the jobs that ran on it; and the jobs no type
-    could hold (rejected, as submit rejects them live)."""
+    it (in all and per team, ``team_gpu_s``), its utilisation over the makespan, the jobs
+    that ran on it; and the jobs no type could hold (rejected, as submit rejects them live)."""
     if not catalog:
         return {}
     used: dict[str, float] = {}
     ran: dict[str, set[str]] = {}
+    teams: dict[str, dict[str, float]] = {}  # type -> team -> GPU-seconds
     for st in states.values():
         for (t, gpus), (a, b) in zip(st.run_types, st.runs, strict=False):
             used[t] = used.get(t, 0.0) + gpus * (b - a)
             ran.setdefault(t, set()).add(st.job.id)
+            per = teams.setdefault(t, {})
+            per[st.job.team] = per.get(st.job.team, 0.0) + gpus * (b - a)
     out = {
         t: {
             "gpus": c.gpus,
@@ -53,6 +56,7 @@ def by_type(
             if c.gpus and span
             else None,
             "jobs": len(ran.get(t, ())),
+            "team_gpu_s": {k: round(v, 1) for k, v in sorted(teams.get(t, {}).items())},
         }
         for t, c in sorted(catalog.items())
     }

@@ -8,6 +8,15 @@ team's fair allocation is the weighted max-min fair share of the cluster given e
 demand at that moment (``policy.fairshare.max_min_fair``); ``share_error`` is
 |held - fair| / fair, and Jain's index is over held / fair (the weight-normalised share:
 with all teams demanding more than their share, fair is the weight's fraction).
+
+On a mixed cluster (GPUs of two or more types, ``Interval.shares``) pooled GPU-seconds
+misjudge a team that holds all of a small type: there ``contended_s``, ``fair_contended_s``,
+``share_error`` and Jain's index are over the type-weighted dominant share
+(``fairshare.dominant_share``) held and the fair one (each type shared out by itself,
+``fairshare.fair_dominant``, as the owed account has it), in share-seconds, over the time
+the owed account counts as contended; ``share_error_pooled`` keeps the GPU-second figure
+and ``share_basis`` says so. The GPU-seconds of each team on each type are in the
+summary's ``by_type`` (``service.sim.outcome``).
 """
 
 from __future__ import annotations
@@ -32,6 +41,10 @@ class Interval:
     demand: Mapping[str, tuple[float, float]]  # team -> (cpus, gpus) queued + running
     waiting: int  # queued jobs
     waiting_teams: frozenset[str] = frozenset()  # teams with a queued job
+    # A mixed cluster: team -> (held, fair) type-weighted dominant share while the teams
+    # contend ({} when they do not; the owed account's, ``fairshare.contended_fair``);
+    # None on an untyped or one-type cluster.
+    shares: Mapping[str, tuple[float, float]] | None = None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -59,6 +72,10 @@ def _contended(iv: Interval) -> bool:
     return len(demanding) >= 2 and demanding <= iv.waiting_teams
 
 
+def _error(held: float, fair: float) -> float | None:
+    return abs(held - fair) / fair if fair > 0 else None
+
+
 def summarize(
     jobs: Sequence[Mapping[str, Any]],
     intervals: Sequence[Interval],
@@ -74,11 +91,19 @@ def summarize(
     held_c = dict.fromkeys(teams, 0.0)
     fair_c = dict.fromkeys(teams, 0.0)
     contended_s = 0.0
+    typed = False
+    held_d = dict.fromkeys(teams, 0.0)
+    fair_d = dict.fromkeys(teams, 0.0)
     for iv in intervals:
         dt = iv.end_s - iv.start_s
         for t, (c, g) in iv.held.items():
             used[t][0] += c * dt
             used[t][1] += g * dt
+        if iv.shares is not None:
+            typed = True
+            for t, (h, f) in iv.shares.items():
+                held_d[t] += h * dt
+                fair_d[t] += f * dt
         if not _contended(iv):
             continue
         contended_s += dt
@@ -86,6 +111,9 @@ def summarize(
         for t in iv.demand:
             held_c[t] += iv.held.get(t, (0.0, 0.0))[r] * dt
             fair_c[t] += fair[t] * dt
+    pooled = {t: _error(held_c[t], fair_c[t]) for t in teams}
+    if typed:  # a mixed cluster: the error is over the dominant shares per type
+        held_c, fair_c = held_d, fair_d
     waits: dict[str, list[float]] = {t: [] for t in teams}
     eta_err: list[float] = []
     for j in jobs:
@@ -115,7 +143,8 @@ def summarize(
             "p95_wait_s": _r(percentile(waits[t], 95)),
             "contended_s": round(held_c[t], 1),
             "fair_contended_s": round(fair_c[t], 1),
-            "share_error": _r(abs(held_c[t] - fair_c[t]) / fair_c[t] if fair_c[t] > 0 else None),
+            "share_error": _r(_error(held_c[t], fair_c[t])),
+            **({"share_error_pooled": _r(pooled[t])} if typed else {}),
         }
         for t in teams
     }
@@ -128,6 +157,7 @@ def summarize(
         "makespan_s": round(span, 1),
         "contended_s": round(contended_s, 1),
         "jain_index": _r(jain(ratios)),
+        **({"share_basis": "dominant share per type"} if typed else {}),
         "p95_wait_s": _r(percentile(all_waits, 95)),
         "preemptions": sum(int(j["preemptions"]) for j in jobs),
         "never_started": sum(1 for j in jobs if not j["runs"]),

@@ -14,8 +14,15 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from service.policy.capacity import NodeFree
-from service.policy.fairshare import GpuTypes, decay_step, dominant_share
-from service.sim.model import JobState, Shape
+from service.policy.fairshare import (
+    GpuTypes,
+    accrue_owed,
+    contended_fair,
+    decay_step,
+    dominant_share,
+    resource_shares,
+)
+from service.sim.model import JobState, Shape, SimTeam
 
 __all__ = ["Tallies"]
 
@@ -31,6 +38,8 @@ class Tallies:
     demand: dict[str, list[float]]
     waiting: dict[str, int]
     shapes: dict[str, Counter[Shape]]
+    teams: dict[str, SimTeam]
+    owed: dict[str, float]
 
     def _typed_init(self, totals: Sequence[NodeFree], weights: Mapping[str, float] | None) -> None:
         self.type_weights = weights  # what the policy's snapshots say too
@@ -97,3 +106,40 @@ class Tallies:
             by_type=by_type,
             types=self.types,
         )
+
+    def _owed_step(
+        self,
+        held: Mapping[str, Sequence[float]],
+        demand: Mapping[str, Sequence[float]],
+        waiting: frozenset[str],
+        dt: float,
+        half_life_s: float,
+    ) -> dict[str, tuple[float, float]] | None:
+        """Advance the owed accounts over ``dt`` (``fairshare.advance_owed``, as the live
+        loop's ``scheduler/owed.py``: on a mixed cluster each type is shared out by itself).
+        On a mixed cluster, the step's (held, fair) dominant share of each team with demand
+        while the teams contend ({} when they do not), for the report; None untyped."""
+        shares = {t: self._share(*h, by_type=self.held_t.get(t)) for t, h in held.items()}
+        demand_by = None
+        if self.types is not None:
+            demand_by = {
+                t: resource_shares(
+                    d[0],
+                    d[1],
+                    total_cpus=self.total_cpus,
+                    by_type=self._demand_t(t),
+                    types=self.types,
+                )
+                for t, d in demand.items()
+            }
+        fair = contended_fair(
+            {t: self._share(*d, by_type=self._demand_t(t)) for t, d in demand.items()},
+            waiting,
+            {t: s.weight for t, s in self.teams.items()},
+            demand_by=demand_by,
+            types=self.types,
+        )
+        self.owed = accrue_owed(self.owed, held=shares, fair=fair, dt_s=dt, half_life_s=half_life_s)
+        if self.types is None:
+            return None
+        return {t: (shares.get(t, 0.0), f) for t, f in (fair or {}).items()}

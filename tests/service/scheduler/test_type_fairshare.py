@@ -6,9 +6,13 @@ caller; a cluster of one type decides as before."""
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
 import pytest
+from sqlalchemy import create_engine
+from sqlalchemy.orm import Session
 
+from service.db.tables import Team
 from service.policy.capacity import NodeFree
 from service.policy.fairshare import GpuTypes, RunInterval, decayed_average, dominant_share
 from service.policy.planner import PolicyConfig, plan
@@ -113,3 +117,52 @@ def test_usage_history_is_kept_per_type() -> None:
     types = GpuTypes.of(TOTALS)
     share = dominant_share(cpus, gpus, total_cpus=256, total_gpus=32, by_type=by, types=types)
     assert share == pytest.approx(0.75)  # pooled: 12 / 32
+
+
+def _each_holds_a_type(b_wants_an_a100: bool) -> Snapshot:
+    """a holds all 8 A100s, b all 24 H100s; each has a 1-GPU job queued on its own type
+    (and, with ``b_wants_an_a100``, b one on an A100 too)."""
+    queued = [
+        replace(job("qa", team="a", gpus=1, t=0), accelerators=(A100,)),
+        replace(job("qb", team="b", gpus=1, t=10), accelerators=(H100,)),
+    ]
+    if b_wants_an_a100:
+        queued.append(replace(job("qb2", team="b", gpus=1, t=20), accelerators=(A100,)))
+    return Snapshot(
+        now=at(100),
+        totals=TOTALS,
+        free=[replace(n, cpus=n.cpus - 1, gpus=0) for n in TOTALS],
+        queued=queued,
+        active=[
+            _running("ra", "a", 8, A100),
+            *(_running(f"rb{i}", "b", 8, H100) for i in range(3)),
+        ],
+    )
+
+
+def _owed_after(snap: Snapshot, *, dt_s: float) -> dict[str, float]:
+    """Each team's account after one ``owed.advance`` of ``dt_s`` from 0 (no decay to
+    speak of), on a SQLite database of its own."""
+    engine = create_engine("sqlite://")
+    Team.__table__.create(engine)  # type: ignore[attr-defined]
+    then = snap.now - timedelta(seconds=dt_s)
+    with Session(engine) as s:
+        s.add_all([Team(name=t, weight=1.0, owed_s=0.0, owed_at=then) for t in ("a", "b")])
+        s.flush()
+        owed.advance(s, snap=snap, half_life_s=1e15)
+        return {t.name: t.owed_s for t in s.query(Team)}
+
+
+def test_owed_account_shares_out_each_type_by_itself() -> None:
+    """Each team holding all of a type the other does not want is owed nothing and owes
+    nothing: per type each gets all it holds. One capacity of 1.0 for every type made both
+    look over a half (fair 0.5, held 1.0): each owed -0.5 share-seconds a second."""
+    assert _owed_after(_each_holds_a_type(False), dt_s=100) == pytest.approx(
+        {"a": 0.0, "b": 0.0}, abs=1e-9
+    )
+    # b wants an A100 as well: the A100s are shared out between a (9/8 wanted) and b (1/8),
+    # b gets its 1/8 and a 7/8 while holding all 8, so a owes 1/8 a second; b's fair share
+    # is all the H100s, which it holds.
+    assert _owed_after(_each_holds_a_type(True), dt_s=100) == pytest.approx(
+        {"a": -12.5, "b": 0.0}, abs=1e-6
+    )
