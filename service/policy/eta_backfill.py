@@ -1,5 +1,6 @@
 """The ETA forward run with backfill (issue 30; ``eta.estimate_ranges``): work-conserving
-as the policy is, EASY reservations, expected run times, expected arrivals. Pure."""
+as the policy is, EASY reservations (per type on a mixed cluster, as the plan keeps them:
+``type_reservations.may_hold_beside``), expected run times, expected arrivals. Pure."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from service.policy.eta_arrivals import Arrivals
 from service.policy.eta_forward import charge, free_nodes, has_quotas, over_quota
 from service.policy.eta_model import RuntimeModel
 from service.policy.snapshot import ActiveJob, QueueEntry, Snapshot, TeamUsage
+from service.policy.type_reservations import may_hold_beside
+
+Line = tuple[str, int, float, float, tuple[str, ...]]  # (team, shape, accepted types)
 
 
 class Backfill:
@@ -49,8 +53,8 @@ class Backfill:
                 continue  # holds its nodes for ever
             end = max(end, soon)
             self._push(end, [self.index[n] for n in placement if n in self.index], a.entry)
-        self.reserved: dict[int, datetime] = {}  # node -> the reserved start on it
-        self.need = (0.0, 0.0)  # what the reserved job needs on each (cpus, gpus)
+        # node -> the reserved start on it and what its holder needs there (cpus, gpus)
+        self.reserved: dict[int, tuple[datetime, float, float]] = {}
 
     def _running_end(self, a: ActiveJob) -> datetime | None:
         e, end = a.entry, a.expected_end_at
@@ -99,14 +103,11 @@ class Backfill:
         if got is None or not self.reserved or not any(i in self.reserved for i in got):
             return got
         d = self._expected_s(e)
-        by = min(self.reserved[i] for i in got if i in self.reserved)
+        by = min(self.reserved[i][0] for i in got if i in self.reserved)
         if d is not None and self.now + timedelta(seconds=d) <= by:
             return got
-        need = self.need
-        for i in self.reserved:
-            self.free.set(
-                i, cpus=max(self.cpus[i] - need[0], 0.0), gpus=max(self.gpus[i] - need[1], 0.0)
-            )
+        for i, (_, c, g) in self.reserved.items():
+            self.free.set(i, cpus=max(self.cpus[i] - c, 0.0), gpus=max(self.gpus[i] - g, 0.0))
         got = self.free.place(e)
         for i in self.reserved:
             self._set(i)
@@ -145,9 +146,13 @@ class Backfill:
         """The nodes that free up soonest for one worker each of ``e`` (a worker per node:
         a gang of whole-node workers exactly, smaller ones late at worst), reserved for
         it from the latest of those times (what others start there stops by then:
-        ``_borrow``); None if too few nodes could ever hold a worker."""
+        ``_borrow``); None if too few nodes could ever hold a worker. A job that asks for
+        types: on one type's nodes, the one free soonest (the first in its order on a tie)."""
         times: list[tuple[datetime, int]] = []
+        acc = e.accelerators
         for i in range(len(self.cpus)):
+            if acc and self.free.accel[i] not in acc:
+                continue
             c, g = self.cpus[i], self.gpus[i]
             at = self.now
             if not (c + EPS >= e.cpus_per_worker and g + EPS >= e.gpus_per_worker):
@@ -160,14 +165,18 @@ class Backfill:
                 if not ok:
                     continue
             times.append((at, i))
-        if len(times) < e.num_workers:
+        k = e.num_workers
+        if len(acc) > 1:
+            per = [sorted(x for x in times if self.free.accel[x[1]] == t) for t in acc]
+            per = [p for p in per if len(p) >= k]
+            times = min(per, key=lambda p: p[k - 1][0]) if per else []
+        if len(times) < k:
             return None
         times.sort()
-        chosen = [i for _, i in times[: e.num_workers]]
-        at = times[e.num_workers - 1][0]
+        chosen = [i for _, i in times[:k]]
+        at = times[k - 1][0]
         for i in chosen:
-            self.reserved[i] = at
-        self.need = (e.cpus_per_worker, e.gpus_per_worker)
+            self.reserved[i] = (at, e.cpus_per_worker, e.gpus_per_worker)
         return chosen
 
     def _fits_reserved(self, e: QueueEntry, nodes: list[int]) -> bool:
@@ -192,22 +201,29 @@ class Backfill:
             return out
         left = len(queue)  # real jobs not placed yet
 
-        def line_of(e: QueueEntry) -> tuple[str, int, float, float]:
+        def line_of(e: QueueEntry) -> Line:
             return (
                 e.team if self.quotas else "",
                 e.num_workers,
                 e.cpus_per_worker,
                 e.gpus_per_worker,
+                tuple(e.accelerators),
             )
 
-        lines: dict[tuple[str, int, float, float], list[tuple[float, QueueEntry]]] = {}
+        lines: dict[Line, list[tuple[float, QueueEntry]]] = {}
         for n, e in enumerate(queue):
             lines.setdefault(line_of(e), []).append((float(n), e))
         heads = dict.fromkeys(lines, 0)  # next waiting job of each line
         live = list(lines)  # the lines with a job waiting
         teams = self.snap.teams
-        dead: set[tuple[str, int, float, float]] = set()  # lines that cannot start now
-        held: tuple[QueueEntry, list[int]] | None = None  # the reservation
+        dead: set[Line] = set()  # lines that cannot start now
+        # The reservations: the first blocked job's, and one per set of types no holder
+        # shares (``may_hold_beside``); on an untyped cluster never more than one.
+        holds: list[tuple[QueueEntry, list[int]]] = []
+        typed = any(key[4] for key in lines)  # some job asks for types
+
+        def ready() -> int | None:
+            return next((n for n, h in enumerate(holds) if self._fits_reserved(*h)), None)
 
         def done(e: QueueEntry) -> bool:
             nonlocal left
@@ -221,17 +237,16 @@ class Backfill:
                 return not missing
             return left == 0
 
-        def take(key: tuple[str, int, float, float]) -> None:
+        def take(key: Line) -> None:
             heads[key] += 1
             if heads[key] >= len(lines[key]):
                 live.remove(key)
 
         while True:
-            if held is not None and self._fits_reserved(*held):
-                e, nodes = held
+            while (r := ready()) is not None:
+                e, nodes = holds.pop(r)
                 for i in nodes:
                     del self.reserved[i]
-                held = None
                 dead.clear()  # what the reservation held back is free again
                 placed = self.free.place(e)
                 if placed is None:  # cannot happen: its nodes fit one worker each
@@ -240,10 +255,8 @@ class Backfill:
                 if done(e):
                     return out
             while True:
-                best: tuple[float, QueueEntry, list[int], tuple[str, int, float, float]] | None = (
-                    None
-                )
-                first: tuple[float, QueueEntry, tuple[str, int, float, float]] | None = None
+                best: tuple[float, QueueEntry, list[int], Line] | None = None
+                first: tuple[float, QueueEntry, Line] | None = None
                 top = self.free.max_gpus()
                 for key in live:
                     pos, e = lines[key][heads[key]]
@@ -264,6 +277,31 @@ class Backfill:
                         best = (pos, e, got, key)
                     else:
                         dead.add(key)  # until capacity grows: it only shrinks meanwhile
+                if best is not None or holds:
+                    first = None  # the first reservation: when nothing fits and none is held
+                if holds and typed:
+                    # Beside a reservation, the first blocked job (ahead of what would start)
+                    # whose types no holder accepts gets its own before anything starts, as
+                    # in the plan's pass; none on an untyped cluster (``may_hold_beside``).
+                    them = [h[0] for h in holds]
+                    for key in live:
+                        pos, e = lines[key][heads[key]]
+                        if (
+                            key[4]
+                            and (best is None or pos < best[0])
+                            and (first is None or pos < first[0])
+                            and may_hold_beside(e, them)
+                        ):
+                            first = (pos, e, key)
+                if first is not None:
+                    pos, e, key = first
+                    hold = self._reserve(e)
+                    if hold is not None:
+                        take(key)
+                        holds.append((e, hold))
+                        if self._fits_reserved(e, hold):
+                            break  # starts at once (the outer loop)
+                        continue
                 if best is not None:
                     pos, e, got, key = best
                     take(key)
@@ -271,19 +309,10 @@ class Backfill:
                     if done(e):
                         return out
                     continue
-                if first is not None and held is None:
-                    pos, e, key = first
-                    hold = self._reserve(e)
-                    if hold is not None:
-                        take(key)
-                        held = (e, hold)
-                        if self._fits_reserved(e, hold):
-                            break  # starts at once (the outer loop)
-                        continue
                 break
-            if held is not None and self._fits_reserved(*held):
+            if ready() is not None:
                 continue
-            if not live and held is None:
+            if not live and not holds:
                 return out
             at = arrivals.next_at() if arrivals is not None else None
             if at is not None and (not self.ends or at < self.ends[0][0]):
@@ -291,6 +320,7 @@ class Backfill:
                 self.now = max(self.now, at)
                 for pos, e in arrivals.due(self.now):
                     key = line_of(e)
+                    typed = typed or bool(key[4])
                     line = lines.setdefault(key, [])
                     h = heads.setdefault(key, 0)
                     if h >= len(line):

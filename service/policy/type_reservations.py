@@ -11,19 +11,35 @@ made and the pass decides exactly as with one. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from service.policy.plan_steps import reserve_for
 from service.policy.reservations import Holder, Reservation, StartView
 from service.policy.snapshot import QueueEntry, Snapshot
 
-__all__ = ["TypeReservations", "accepted"]
+__all__ = ["TypeReservations", "accepted", "may_hold_beside"]
 
 
 def accepted(entry: QueueEntry) -> frozenset[str] | None:
     """The types ``entry`` may be placed on; None: any node (it asks for none)."""
     return frozenset(entry.accelerators) if entry.accelerators else None
+
+
+def may_hold_beside(entry: QueueEntry, holders: Iterable[QueueEntry]) -> bool:
+    """The rule: does blocked ``entry`` get a reservation of its own beside those of
+    ``holders`` (at least one)? It asks for types, and no holder accepts any of them. The
+    plan pass (``TypeReservations.may_hold``) and the ETA forward run (``eta_backfill``)."""
+    mine = accepted(entry)
+    if mine is None:
+        return False
+    some = False
+    for h in holders:
+        some = True
+        theirs = accepted(h)
+        if theirs is None or theirs & mine:
+            return False
+    return some
 
 
 class TypeReservations:
@@ -40,14 +56,9 @@ class TypeReservations:
     def may_hold(self, entry: QueueEntry, first: Reservation | None) -> bool:
         """Does blocked ``entry`` get a reservation of its own beside ``first``'s (and the
         others'): it asks for types, and no holder accepts any of them?"""
-        mine = accepted(entry)
-        if mine is None or first is None:
+        if first is None:
             return False
-        for r in (first, *self.reservations):
-            theirs = accepted(r.entry)
-            if theirs is None or theirs & mine:
-                return False
-        return True
+        return may_hold_beside(entry, (r.entry for r in (first, *self.reservations)))
 
     def reserve(self, entry: QueueEntry, snap: Snapshot, holders: Sequence[Holder]) -> Reservation:
         """``entry``'s reservation: the earliest expected end at which it fits on its types

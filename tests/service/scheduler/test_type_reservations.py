@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from service.policy.capacity import NodeFree, place_gang
+from service.policy.eta import estimate_ranges
 from service.policy.planner import Plan, WaitKind, plan
 from service.policy.reservations import Holder, free_at
 from service.policy.snapshot import ActiveJob, QueueEntry, Snapshot
@@ -83,6 +84,34 @@ def test_a_backfill_that_would_delay_the_h100_reservation_is_refused_one_ending_
     # start is not delayed by a job on the H100 node): the refusal is the H100 one's.
     p1 = plan(_mixed([_queue()[0], long]))
     assert _by_id(p1)["long"].start_now
+
+
+def test_the_eta_forward_run_keeps_the_h100_reservation_as_the_plan_does() -> None:
+    # H100 node: rh (6 GPUs) ends at 3000, rh2 (2 GPUs) at 2000. qa holds the A100
+    # reservation (5000) and qh the H100 one (3000): "long" would delay qh and "short" ends
+    # before it, as in the plan. With one reservation, taken on any type's nodes, the
+    # forward run reserved the H100 node for qa (3000) and gave qh 5000, "long" 7000.
+    snap = _mixed([])
+    rh = replace(snap.active[1], entry=_typed("rh", (H100,), gpus=6))
+    rh2 = replace(rh, entry=_typed("rh2", (H100,), gpus=2), expected_end_at=at(2000))
+    long = _typed("long", (H100,), gpus=2, t=30, max_runtime_s=10_000)
+    # (a shape of its own: the forward run starts a shape's jobs in order, ``Backfill``)
+    short = _typed("short", (H100,), gpus=1, t=40, max_runtime_s=500)  # 2000 -> 2500
+    qh = _typed("qh", (H100,), gpus=8, t=20, preemptible=False, max_runtime_s=2000)
+    free = [replace(n, gpus=0) if n.node_id == "n1" else n for n in snap.free]
+    snap = replace(
+        snap, queued=[_queue()[0], qh, long, short], active=[snap.active[0], rh, rh2], free=free
+    )
+    d = _by_id(plan(snap))
+    assert [(i, d[i].wait.reservation.start_at) for i in ("qa", "qh")] == [
+        ("qa", at(5000)),
+        ("qh", at(3000)),
+    ]
+    got = estimate_ranges(snap)
+    assert got["short"].start == at(2000)
+    assert got["qh"].start == at(3000)  # its own reservation: rh's end
+    assert got["long"].start == at(5000)  # behind qh (2000 s on the whole H100 node)
+    assert got["qa"].start == at(5000)  # ra's end, on the A100 node
 
 
 def test_an_unbounded_preemptible_job_does_not_borrow_a_type_reservation() -> None:
